@@ -1,0 +1,182 @@
+"""Per-token log-probabilities and the actor losses (spec ALGORITHMS.md section 3, Appendix A).
+
+Every loss here returns per-token values or reduces them with ``aggregate`` over a 0/1 loss mask, so the
+learner decides nothing about masking or normalization.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+KL_KINDS = ("kl", "abs", "mse", "low_var_kl")
+_KL_ALIASES = {"k1": "kl", "k2": "mse", "k3": "low_var_kl"}
+
+# exp() of a larger log-ratio overflows float32 and poisons the batch with inf/NaN (3.1, 3.3).
+_MAX_LOG_RATIO = 20.0
+_MAX_LOW_VAR_KL = 10.0
+
+# Rows of the flattened [N, V] logits handled at once: bounds the float32 copy of a bf16 chunk
+# (2048 x 152k vocab x 4 bytes ~ 1.2 GB) instead of upcasting the whole [B, T, V] tensor.
+_ROWS_PER_CHUNK = 2048
+
+
+# ---------------------------------------------------------------------------------------------------
+# Log-probabilities and entropy from logits
+# ---------------------------------------------------------------------------------------------------
+
+
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Float32 log-softmax(logits / temperature) gathered at targets, computed in row chunks."""
+    _check_temperature(temperature)
+
+    def chunk_logprobs(chunk: torch.Tensor, chunk_targets: torch.Tensor) -> torch.Tensor:
+        scaled = _scaled_float(chunk, temperature)
+        # gather - logsumexp never builds the full [rows, V] log-softmax.
+        picked = scaled.gather(-1, chunk_targets[:, None]).squeeze(-1)
+        return picked - torch.logsumexp(scaled, dim=-1)
+
+    return _over_row_chunks(chunk_logprobs, logits, targets)
+
+
+def token_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Float32 entropy of softmax(logits / temperature) at every position, computed in row chunks."""
+    _check_temperature(temperature)
+
+    def chunk_entropy(chunk: torch.Tensor, _: torch.Tensor) -> torch.Tensor:
+        scaled = _scaled_float(chunk, temperature)
+        # H = logsumexp(l) - sum_v p_v * l_v, stable for any logit offset.
+        return torch.logsumexp(scaled, dim=-1) - (torch.softmax(scaled, dim=-1) * scaled).sum(dim=-1)
+
+    placeholder = torch.zeros(logits.shape[:-1], dtype=torch.long, device=logits.device)
+    return _over_row_chunks(chunk_entropy, logits, placeholder)
+
+
+def _over_row_chunks(
+    fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], logits: torch.Tensor, targets: torch.Tensor
+) -> torch.Tensor:
+    if logits.shape[:-1] != targets.shape:
+        raise ValueError(f"logits {tuple(logits.shape)} do not match targets {tuple(targets.shape)}")
+    flat_logits = logits.reshape(-1, logits.shape[-1])
+    flat_targets = targets.reshape(-1).long()
+    if flat_targets.numel() == 0:
+        return torch.zeros(targets.shape, dtype=torch.float32, device=logits.device)
+    pieces = [
+        fn(chunk, chunk_targets)
+        for chunk, chunk_targets in zip(
+            flat_logits.split(_ROWS_PER_CHUNK), flat_targets.split(_ROWS_PER_CHUNK), strict=True
+        )
+    ]
+    return torch.cat(pieces).reshape(targets.shape)
+
+
+def _scaled_float(chunk: torch.Tensor, temperature: float) -> torch.Tensor:
+    chunk = chunk.float() if chunk.dtype in (torch.float16, torch.bfloat16) else chunk
+    return chunk / temperature if temperature != 1.0 else chunk
+
+
+def _check_temperature(temperature: float) -> None:
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 to define log-probabilities, got {temperature}")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Aggregation (3.2)
+# ---------------------------------------------------------------------------------------------------
+
+
+def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str = "token-mean") -> torch.Tensor:
+    """Reduce per-token values [..., T] over a 0/1 mask to a scalar; an all-zero mask gives 0, not NaN."""
+    if mode not in AGG_MODES:
+        raise ValueError(f"unknown loss aggregation {mode!r}; valid: {', '.join(AGG_MODES)}")
+    if values.shape != mask.shape:
+        raise ValueError(
+            f"values {tuple(values.shape)} and mask {tuple(mask.shape)} must have the same shape"
+        )
+    keep = mask != 0
+    # where(), not multiplication: padding positions may hold inf/NaN, and 0 * inf is NaN.
+    masked = torch.where(keep, values, torch.zeros_like(values))
+    counts = keep.sum(dim=-1).to(values.dtype)
+
+    if mode == "token-mean":
+        return masked.sum() / counts.sum().clamp(min=1)
+
+    per_seq = masked.sum(dim=-1)
+    if mode == "seq-mean-token-mean":
+        per_seq = per_seq / counts.clamp(min=1)
+    # Sequences without loss tokens (padding rows of a micro-batch) are not counted in the mean.
+    has_tokens = counts > 0
+    return per_seq.sum() / has_tokens.sum().clamp(min=1).to(values.dtype)
+
+
+def masked_token_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of values over mask-1 tokens (0 if there are none)."""
+    return aggregate(values, mask, "token-mean")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Policy loss (3.1) and metrics (3.7)
+# ---------------------------------------------------------------------------------------------------
+
+
+def policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_ratio_low: float = 0.2,
+    clip_ratio_high: float = 0.2,
+    clip_ratio_c: float = 3.0,
+    agg: str = "token-mean",
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO clipped surrogate with dual clip, aggregated over the mask; metrics are detached scalars."""
+    if clip_ratio_c <= 1.0:
+        raise ValueError(
+            f"clip_ratio_c must be > 1 so the dual clip only bounds large losses, got {clip_ratio_c}"
+        )
+
+    log_ratio = torch.clamp(logp - old_logp, -_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+    ratio = torch.exp(log_ratio)
+    loss_unclipped = -advantages * ratio
+    loss_clipped = -advantages * torch.clamp(ratio, 1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
+    loss_ppo = torch.maximum(loss_unclipped, loss_clipped)
+    # Dual clip: a negative-advantage token whose ratio exploded must not dominate the batch.
+    loss_dual = torch.minimum(loss_ppo, -advantages * clip_ratio_c)
+    per_token = torch.where(advantages < 0, loss_dual, loss_ppo)
+
+    with torch.no_grad():
+        dual_clipped = (advantages < 0) & (loss_ppo > -advantages * clip_ratio_c)
+        metrics = {
+            "pg_clipfrac": masked_token_mean((loss_clipped > loss_unclipped).float(), mask),
+            "pg_clipfrac_dual": masked_token_mean(dual_clipped.float(), mask),
+            "approx_kl": masked_token_mean(old_logp - logp, mask),
+        }
+    return aggregate(per_token, mask, agg), metrics
+
+
+# ---------------------------------------------------------------------------------------------------
+# KL to a reference policy (3.3) and SFT (Appendix A)
+# ---------------------------------------------------------------------------------------------------
+
+
+def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "low_var_kl") -> torch.Tensor:
+    """Per-token KL estimate between policy and reference: kl (k1), abs, mse (k2) or low_var_kl (k3)."""
+    kind = _KL_ALIASES.get(kind, kind)
+    if kind not in KL_KINDS:
+        raise ValueError(f"unknown KL estimator {kind!r}; valid: {', '.join(KL_KINDS)} (aliases: k1, k2, k3)")
+    diff = logp - ref_logp
+    if kind == "kl":
+        return diff
+    if kind == "abs":
+        return diff.abs()
+    if kind == "mse":
+        return 0.5 * diff.square()
+    d = torch.clamp(-diff, -_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+    return torch.clamp(torch.exp(d) - d - 1.0, -_MAX_LOW_VAR_KL, _MAX_LOW_VAR_KL)
+
+
+def sft_loss(logp: torch.Tensor, mask: torch.Tensor, agg: str = "token-mean") -> torch.Tensor:
+    """Negative log-likelihood of the mask-1 (assistant) tokens."""
+    return aggregate(-logp, mask, agg)

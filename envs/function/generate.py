@@ -1,0 +1,203 @@
+"""Seeded generator of the builtin Function task set; `python -m userrl.envs.function.generate` rewrites it.
+
+Rules are built as strings and accepted only after the safe evaluator parses them and they evaluate to a
+whole number of size <= 1e6 at the test case and at every probe input of the scripted solver.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from userrl.envs.function.safe_eval import VARIABLES, EvaluationError, Formula
+from userrl.envs.function.solver import PROBE_POOL
+from userrl.envs.function.tasks import BUILTIN_TASKS_PATH
+
+GENERATOR_SEED = 20250611
+PER_LEVEL = 130
+TEST_FRACTION = 0.15
+MAX_ABS_RESULT = 1e6
+#: Level-4 rules are capped like the original data.
+MAX_LEVEL4_CHARS = 23
+_TEST_CASE_TRIES = 60
+
+_PREC = {"+": 1, "-": 1, "*": 2, "/": 2, "**": 3}
+_ATOM = 4
+
+
+def whole_result(formula: Formula, values: tuple[int, ...]) -> float | None:
+    """f(values) if it is a whole number of size <= 1e6, else None."""
+    try:
+        value = formula.evaluate(values)
+    except EvaluationError:
+        return None
+    if not value.is_integer() or abs(value) > MAX_ABS_RESULT:
+        return None
+    return value
+
+
+def _combine(
+    op: str, left: tuple[str, int], right: tuple[str, int], rnd: random.Random, extra_parens: float
+) -> tuple[str, int]:
+    """Render `left op right` with the parentheses Python precedence needs, plus some redundant ones."""
+    (ls, lp), (rs, rp) = left, right
+    p = _PREC[op]
+    # `**` is right-associative, so a power on its left needs parentheses; `-` and `/` on the right too.
+    if lp < p or (op == "**" and lp == p) or (lp < _ATOM and rnd.random() < extra_parens):
+        ls = f"({ls})"
+    if rp < p or (rp == p and op in ("-", "/")) or (rp < _ATOM and rnd.random() < extra_parens):
+        rs = f"({rs})"
+    return f"{ls} {op} {rs}", p
+
+
+def _tree(leaves: list[tuple[str, int]], ops: dict[str, int], rnd: random.Random, extra_parens: float) -> str:
+    """Join leaves left to right into one expression, merging a random adjacent pair each time."""
+    nodes = list(leaves)
+    names, weights = list(ops), list(ops.values())
+    while len(nodes) > 1:
+        i = rnd.randrange(len(nodes) - 1)
+        op = rnd.choices(names, weights)[0]
+        nodes[i : i + 2] = [_combine(op, nodes[i], nodes[i + 1], rnd, extra_parens)]
+    return nodes[0][0]
+
+
+def rule_level0(rnd: random.Random) -> str:
+    """A single variable: `c`."""
+    return rnd.choice(VARIABLES)
+
+
+def rule_level1(rnd: random.Random) -> str:
+    """One variable, one operation, a small constant: `a + 3`, `2 * b`, `d - 1`."""
+    v, op = rnd.choice(VARIABLES), rnd.choice(["+", "-", "*"])
+    k = rnd.randint(2, 9) if op == "*" else rnd.randint(1, 9)
+    return f"{v} {op} {k}" if rnd.random() < 0.6 else f"{k} {op} {v}"
+
+
+def rule_level2(rnd: random.Random) -> str:
+    """Two variables, one operation: `a + b`, `c * d` (exact divisions only survive the checks)."""
+    x, y = rnd.sample(VARIABLES, 2)
+    return f"{x} {rnd.choices(['+', '-', '*', '/'], [3, 3, 3, 1])[0]} {y}"
+
+
+def rule_level3(rnd: random.Random) -> str:
+    """Two or three of + - * over distinct variables, sometimes with one small constant."""
+    n_ops = rnd.choice([2, 3])
+    leaves = [(v, _ATOM) for v in rnd.sample(VARIABLES, n_ops + 1)]
+    if rnd.random() < 0.3:
+        leaves[rnd.randrange(len(leaves))] = (str(rnd.randint(2, 5)), _ATOM)
+    return _tree(leaves, {"+": 4, "-": 3, "*": 3}, rnd, extra_parens=0.1)
+
+
+def rule_level4(rnd: random.Random) -> str:
+    """The original mix: all four variables once, three operations of + - * / **, squares, parentheses."""
+    leaves = [
+        (f"{v} ** 2", _PREC["**"]) if rnd.random() < 0.15 else (v, _ATOM) for v in rnd.sample(VARIABLES, 4)
+    ]
+    return _tree(leaves, {"+": 25, "-": 22, "*": 28, "/": 13, "**": 12}, rnd, extra_parens=0.2)
+
+
+LEVELS: dict[int, Callable[[random.Random], str]] = {
+    0: rule_level0,
+    1: rule_level1,
+    2: rule_level2,
+    3: rule_level3,
+    4: rule_level4,
+}
+#: Levels 0 and 2 have fewer distinct rules (4 and 41) than tasks, so there a task is unique by
+#: (rule, test_case); every other level has unique rules.
+UNIQUE_BY_RULE = {1, 3, 4}
+
+
+def _test_case(formula: Formula, rnd: random.Random) -> tuple[tuple[int, ...], float] | None:
+    """A random test case in 1..10 (never a probe input) where the rule is a whole number, if one is found."""
+    for _ in range(_TEST_CASE_TRIES):
+        case = tuple(rnd.randint(1, 10) for _ in VARIABLES)
+        if case in PROBE_POOL:
+            continue
+        value = whole_result(formula, case)
+        if value is not None:
+            return case, value
+    return None
+
+
+def generate_level(level: int, count: int, rnd: random.Random) -> list[dict[str, Any]]:
+    """`count` validated tasks of one level (without ids or splits)."""
+    make_rule = LEVELS[level]
+    seen: set[Any] = set()
+    out: list[dict[str, Any]] = []
+    for _ in range(count * 500):
+        if len(out) == count:
+            return out
+        rule = make_rule(rnd)
+        if level == 4 and len(rule) > MAX_LEVEL4_CHARS:
+            continue
+        formula = Formula(rule)  # validation through the safe evaluator: raises on any bad rule
+        if level == 4 and formula.variables != set(VARIABLES):
+            continue
+        if level in UNIQUE_BY_RULE and rule in seen:
+            continue
+        if any(whole_result(formula, probe) is None for probe in PROBE_POOL):
+            continue
+        found = _test_case(formula, rnd)
+        if found is None:
+            continue
+        case, value = found
+        key = rule if level in UNIQUE_BY_RULE else (rule, case)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(
+            {"rule": rule, "test_case": list(case), "expected_result": round(value, 4), "difficulty": level}
+        )
+    raise RuntimeError(f"level {level}: found only {len(out)} of {count} tasks")
+
+
+def generate_tasks(seed: int = GENERATOR_SEED, per_level: int = PER_LEVEL) -> list[dict[str, Any]]:
+    """The whole builtin task set: per level, ids fn-<level>-<nnn> and a deterministic 85/15 split."""
+    tasks: list[dict[str, Any]] = []
+    for level in LEVELS:
+        # One generator per level, so changing one level's builder leaves the other levels unchanged.
+        rnd = random.Random(f"{seed}-level-{level}")
+        items = generate_level(level, per_level, rnd)
+        test_ids = set(rnd.sample(range(len(items)), round(len(items) * TEST_FRACTION)))
+        for i, item in enumerate(items):
+            tasks.append({"id": f"fn-{level}-{i:03d}", **item, "split": "test" if i in test_ids else "train"})
+    return tasks
+
+
+def render(tasks: list[dict[str, Any]], seed: int) -> str:
+    """The tasks.json text: a small header, then one task per line (readable diffs)."""
+    lines = [json.dumps(t, separators=(", ", ": ")) for t in tasks]
+    header = (
+        f'{{"format": "userrl-function-tasks", "version": 1, "seed": {seed}, '
+        f'"generator": "python -m userrl.envs.function.generate",\n "tasks": [\n'
+    )
+    return header + ",\n".join(f"  {line}" for line in lines) + "\n]}\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write (or, with --check, compare against) the builtin tasks file."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", type=Path, default=BUILTIN_TASKS_PATH)
+    parser.add_argument("--seed", type=int, default=GENERATOR_SEED)
+    parser.add_argument("--per-level", type=int, default=PER_LEVEL)
+    parser.add_argument("--check", action="store_true", help="exit 1 if the file differs from a fresh run")
+    args = parser.parse_args(argv)
+    text = render(generate_tasks(args.seed, args.per_level), args.seed)
+    if args.check:
+        same = args.output.is_file() and args.output.read_text(encoding="utf-8") == text
+        print(f"{args.output}: {'up to date' if same else 'differs from a fresh run'}")
+        return 0 if same else 1
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(text, encoding="utf-8")
+    print(f"wrote {args.output} ({len(text)} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""Chat rendering into exact token segments, and the two action protocols.
+
+Non-generated messages are tokenized as deltas of the chat template against a fixed dummy prefix
+(spec ALGORITHMS.md 1.2), so the context only ever grows by appending and the policy conditions on
+exactly the tokens that training later scores.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from userrl.envs import tool_call_to_action
+from userrl.trajectory import ROLE_IDS
+
+TOOL_NAME = "interact_with_env"
+TOOL_SCHEMA: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": TOOL_NAME,
+        "description": "Take one step in the current environment. Follow the system prompt for which choices are "
+        "allowed and what the content must contain.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "choice": {
+                    "type": "string",
+                    "enum": ["action", "answer", "search"],
+                    "description": "The kind of step to take. Use only the choices the system prompt allows.",
+                },
+                "content": {
+                    "type": "string",
+                    "description": "The text of the step: the message, question, answer or search query, in the "
+                    "format the system prompt defines.",
+                },
+            },
+            "required": ["choice", "content"],
+        },
+    },
+}
+IGNORED_CALL_NOTICE = "Only one interact_with_env call is executed per turn; this call was ignored."
+
+BRACKET_INSTRUCTIONS = (
+    "Act by writing exactly one line of the form [choice] content, for example:\n[search] test"
+)
+TOOL_INSTRUCTIONS = (
+    "You have one tool:\n{schema}\nCall it by writing\n<tool_call>\n"
+    '{{"name": "interact_with_env", "arguments": {{"choice": "...", "content": "..."}}}}\n</tool_call>'
+)
+
+_BRACKET_LINE = re.compile(r"^[ \t]*\[(action|answer|search|finish)\]", re.MULTILINE)
+_TOOL_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
+_DUMMY = [{"role": "system", "content": "x"}, {"role": "user", "content": "y"}]
+
+Protocol = Literal["bracket", "tool_call"]
+
+
+@dataclass
+class ParsedTurn:
+    """Tool calls found in one assistant message."""
+
+    calls: list[tuple[str, str]] = field(default_factory=list)
+    n_tool_calls: int = 0
+
+    @property
+    def action(self) -> str | None:
+        """The action string of the first well-formed call, or None when there is none."""
+        if not self.calls:
+            return None
+        return tool_call_to_action(*self.calls[0])
+
+
+def parse_bracket(text: str) -> ParsedTurn:
+    """Find `[choice] content` blocks; each runs until the next bracket line."""
+    starts = [m.start() for m in _BRACKET_LINE.finditer(text)]
+    calls = []
+    for i, start in enumerate(starts):
+        end = starts[i + 1] if i + 1 < len(starts) else len(text)
+        block = text[start:end].strip()
+        choice = block[1:block.index("]")]
+        calls.append((choice, block[block.index("]") + 1:].strip()))
+    return ParsedTurn(calls=calls, n_tool_calls=len(calls))
+
+
+def parse_tool_calls(text: str) -> ParsedTurn:
+    """Find `<tool_call>{json}</tool_call>` blocks; only well-formed interact_with_env calls count as calls."""
+    blocks = [b for b in _TOOL_BLOCK.findall(text) if b.strip()]
+    calls = []
+    for block in blocks:
+        try:
+            payload = json.loads(block.strip())
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(payload, dict) or payload.get("name") != TOOL_NAME:
+            continue
+        arguments = payload.get("arguments", {})
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except json.JSONDecodeError:
+                continue
+        if not isinstance(arguments, dict):
+            continue
+        calls.append((str(arguments.get("choice", "")), str(arguments.get("content", ""))))
+    return ParsedTurn(calls=calls, n_tool_calls=len(blocks))
+
+
+class ChatFormat:
+    """Renders conversations into token segments for one tokenizer and action protocol."""
+
+    def __init__(self, tokenizer: Any, protocol: Protocol = "tool_call"):
+        if protocol not in ("bracket", "tool_call"):
+            raise ValueError(f"env.protocol={protocol!r} is not one of 'bracket', 'tool_call'")
+        self.tokenizer = tokenizer
+        self.protocol = protocol
+        self.native_tools = protocol == "tool_call" and "tools" in (tokenizer.chat_template or "")
+        self.eos_text = tokenizer.eos_token
+        self.stop_token_ids = sorted({tokenizer.eos_token_id, *self._extra_stop_ids()})
+        self._header_ids = self._encode(self._render(_DUMMY, True)[len(self._render(_DUMMY, False)):])
+
+    def _extra_stop_ids(self) -> list[int]:
+        ids = []
+        for text in ("<|im_end|>", "<|eot_id|>", "<|end|>"):
+            token = self.tokenizer.convert_tokens_to_ids(text)
+            if isinstance(token, int) and token != self.tokenizer.unk_token_id and token is not None:
+                ids.append(token)
+        return ids
+
+    def _render(self, messages: list[dict[str, str]], generation_prompt: bool) -> str:
+        kwargs: dict[str, Any] = {"tools": [TOOL_SCHEMA]} if self.native_tools else {}
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=generation_prompt, **kwargs
+        )
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def initial_messages(self, prompt: list[dict[str, str]]) -> list[dict[str, str]]:
+        """The task's [system, user] messages with the protocol's instructions appended to the system message."""
+        system, *rest = prompt
+        if self.protocol == "bracket":
+            extra = BRACKET_INSTRUCTIONS
+        elif self.native_tools:
+            return [dict(m) for m in prompt]
+        else:
+            extra = TOOL_INSTRUCTIONS.format(schema=json.dumps(TOOL_SCHEMA["function"]))
+        return [{"role": "system", "content": system["content"].rstrip() + "\n\n" + extra}, *map(dict, rest)]
+
+    def encode_prompt(self, messages: list[dict[str, str]]) -> list[tuple[list[int], int]]:
+        """Token segments (ids, role id) of the first context, ending with the assistant header."""
+        segments, done = [], ""
+        for i in range(1, len(messages) + 1):
+            text = self._render(messages[:i], False)
+            segments.append((self._encode(text[len(done):]), ROLE_IDS[messages[i - 1]["role"]]))
+            done = text
+        segments.append((self._encode(self._render(messages, True)[len(done):]), ROLE_IDS["assistant"]))
+        return segments
+
+    @property
+    def header_ids(self) -> list[int]:
+        """The assistant generation header appended before turn k > 0."""
+        return list(self._header_ids)
+
+    def encode_after_assistant(self, messages: list[dict[str, str]]) -> list[int]:
+        """Tokens of non-assistant messages that follow a sampled assistant turn (the delta)."""
+        base = [*_DUMMY, {"role": "assistant", "content": "z"}]
+        before = self._render(base, False)
+        cut = before.rindex(self.eos_text) + len(self.eos_text) if self.eos_text in before else len(before)
+        after = self._render(base + messages, False)
+        if not after.startswith(before[:cut]):
+            raise ValueError("the chat template rewrites history; delta rendering is not possible")
+        return self._encode(after[cut:])
+
+    def render_action(self, choice: str, content: str) -> str:
+        """Assistant text that performs one action in this protocol (used for demonstrations)."""
+        if self.protocol == "bracket":
+            return f"[{choice}] {content}"
+        call = {"name": TOOL_NAME, "arguments": {"choice": choice, "content": content}}
+        return f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
+
+    def parse(self, text: str) -> ParsedTurn:
+        """Parse the tool calls of one assistant message in this protocol."""
+        return parse_bracket(text) if self.protocol == "bracket" else parse_tool_calls(text)
+
+    def tool_messages(self, parsed: ParsedTurn, feedback: str) -> list[dict[str, str]]:
+        """One tool message per call: the executed one carries the feedback, others the ignored notice."""
+        n = max(1, parsed.n_tool_calls)
+        return [{"role": "tool", "content": feedback}] + [
+            {"role": "tool", "content": IGNORED_CALL_NOTICE} for _ in range(n - 1)
+        ]

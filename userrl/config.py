@@ -1,0 +1,265 @@
+"""Typed run configuration: pydantic models, YAML loading and dotted command-line overrides.
+
+Every field has a documented default (TRL style). Unknown or ill-typed keys fail at once with a
+message that names the key and the closest valid one.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+
+class ConfigError(ValueError):
+    """A configuration value is unknown, ill-typed or inconsistent."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class GymSpec(_Section):
+    """One gym in the task mixture."""
+
+    name: str = "function"
+    weight: float = Field(1.0, gt=0, description="Sampling weight of this gym in the mixture.")
+    source: Literal["builtin", "userrl"] = "builtin"
+    split: str = "train"
+    difficulty: list[int] | None = Field(None, description="Difficulty levels to keep (gyms that have them).")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="Extra env constructor arguments.")
+
+
+class ExperimentConfig(_Section):
+    name: str = "userrl"
+    seed: int = 0
+    output_dir: str = Field("runs", description="Runs, checkpoints and the default MLflow store live here.")
+
+
+class EnvConfig(_Section):
+    gyms: list[GymSpec] = Field(default_factory=lambda: [GymSpec()])
+    data_root: str | None = Field(None, description="Folder of the original UserRL data (source: userrl).")
+    max_turns: int = Field(16, ge=1, description="Assistant generations per episode.")
+    max_steps: int = Field(16, ge=1, description="Env truncation limit.")
+    protocol: Literal["bracket", "tool_call"] = Field(
+        "tool_call", description="How the policy acts: `[answer] 42` lines or interact_with_env tool calls."
+    )
+    show_reward_in_feedback: bool = False
+    step_timeout_s: float = Field(120.0, gt=0)
+    backend: Literal["scripted", "openai", "local"] = "scripted"
+
+
+class EnvRunnerConfig(_Section):
+    num_env_runners: int = Field(2, ge=1)
+    num_cpus_per_env_runner: float = Field(0.1, ge=0)
+
+
+class PolicyConfig(_Section):
+    model: str = Field("smollm2-135m", description="smollm2-135m, tiny-random, or a local Hugging Face folder.")
+    engine: Literal["hf", "vllm"] = "hf"
+    num_replicas: int = Field(1, ge=1)
+    num_cpus_per_replica: float = Field(0.5, ge=0)
+    num_threads: int | None = Field(None, description="torch threads per replica; null = all cores.")
+    max_batch_size: int = Field(32, ge=1, description="Requests a replica decodes together.")
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    max_new_tokens: int = Field(64, ge=1, description="Cap on sampled tokens per assistant turn.")
+    max_model_len: int = Field(2048, ge=16, description="Prompt + response token budget per episode.")
+    max_response_len: int = Field(1536, ge=1, description="Response (all turns and tool outputs) budget.")
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+
+
+class TrainingConfig(_Section):
+    iterations: int = Field(20, ge=0)
+    batch_size: int = Field(8, ge=1, description="Tasks per iteration; each is rolled out group_size times.")
+    group_size: int = Field(8, ge=1)
+    lr: float = Field(1e-6, gt=0)
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float = Field(1.0, gt=0)
+    mini_batch_size: int | None = Field(None, ge=1, description="Trajectories per optimizer step; null = all.")
+    ppo_epochs: int = Field(1, ge=1)
+    micro_batch_tokens: int = Field(8192, ge=64, description="Padded tokens per forward/backward pass.")
+    trajectory_score: str = "mean"
+    turn_credit: str = "equalized"
+    gamma: float = Field(0.8, ge=0, le=1)
+    norm_adv_by_std: bool = True
+    eps: float = 1e-6
+    mean_score_round: int | None = 4
+    clip_ratio_low: float = 0.2
+    clip_ratio_high: float = 0.2
+    clip_ratio_c: float = 3.0
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
+    entropy_coeff: float = 0.0
+    use_kl_loss: bool = False
+    kl_loss_coef: float = 0.001
+    kl_loss_type: Literal["kl", "abs", "mse", "low_var_kl"] = "low_var_kl"
+    drop_aborted: bool = False
+
+    @field_validator("trajectory_score")
+    @classmethod
+    def _score(cls, value: str) -> str:
+        from userrl.algorithms import canonical_score_method
+
+        return canonical_score_method(value)
+
+    @field_validator("turn_credit")
+    @classmethod
+    def _credit(cls, value: str) -> str:
+        from userrl.algorithms import canonical_credit_method
+
+        return canonical_credit_method(value)
+
+
+class SFTConfig(_Section):
+    enabled: bool = Field(False, description="Warm start with SFT on solver demonstrations before RL.")
+    source: Literal["solver", "file"] = "solver"
+    path: str | None = Field(None, description="JSONL of demonstrations (source: file).")
+    episodes: int = Field(256, ge=1, description="Solver demonstrations to play (source: solver).")
+    epochs: int = Field(2, ge=1)
+    batch_size: int = Field(16, ge=1)
+    lr: float = Field(5e-5, gt=0)
+
+
+class LearnerConfig(_Section):
+    num_learners: int = Field(2, ge=1)
+    num_cpus_per_learner: float = Field(1.0, gt=0)
+    use_gpu: bool = False
+    gradient_checkpointing: bool = False
+
+
+class EvaluationConfig(_Section):
+    interval: int = Field(0, ge=0, description="Evaluate every N iterations; 0 = only when asked.")
+    num_tasks: int = Field(16, ge=1)
+    split: str = "test"
+    temperature: float = 0.0
+
+
+class CheckpointConfig(_Section):
+    every: int = Field(1, ge=0, description="Write a checkpoint every N iterations; 0 = never.")
+    keep: int = Field(2, ge=1)
+    resume_from: str | None = None
+
+
+class TrackingConfig(_Section):
+    mlflow_uri: str | None = Field(None, description="null = $MLFLOW_TRACKING_URI, else a local sqlite store.")
+    experiment: str = "userrl"
+    sample_trajectories: int = Field(8, ge=0)
+
+
+class RayConfig(_Section):
+    address: str | None = Field(None, description="null = start (or reuse) a local Ray.")
+    num_cpus: int | None = Field(None, description="Logical CPUs of a local Ray; null = enough for the config.")
+
+
+class UserRLConfig(_Section):
+    """The whole run configuration."""
+
+    experiment: ExperimentConfig = Field(default_factory=ExperimentConfig)
+    env: EnvConfig = Field(default_factory=EnvConfig)
+    env_runners: EnvRunnerConfig = Field(default_factory=EnvRunnerConfig)
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    sft: SFTConfig = Field(default_factory=SFTConfig)
+    learners: LearnerConfig = Field(default_factory=LearnerConfig)
+    evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+    checkpointing: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    ray: RayConfig = Field(default_factory=RayConfig)
+
+    @property
+    def run_dir(self) -> Path:
+        """Folder for this run's checkpoints and artifacts."""
+        return Path(self.experiment.output_dir) / self.experiment.name
+
+    def mlflow_uri(self) -> str:
+        """Tracking URI: config, then $MLFLOW_TRACKING_URI, then a local sqlite store."""
+        if self.tracking.mlflow_uri:
+            return self.tracking.mlflow_uri
+        if os.environ.get("MLFLOW_TRACKING_URI"):
+            return os.environ["MLFLOW_TRACKING_URI"]
+        return f"sqlite:///{Path(self.experiment.output_dir).resolve() / 'mlflow.db'}"
+
+    def flat(self) -> dict[str, Any]:
+        """Dotted-key view, used as MLflow params."""
+        return flatten(self.model_dump(mode="json"))
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """`{"a": {"b": 1}}` -> `{"a.b": 1}`."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, dotted + "."))
+        else:
+            out[dotted] = value
+    return out
+
+
+def _valid_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
+    paths = []
+    for name, field in model.model_fields.items():
+        paths.append(prefix + name)
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            paths.extend(_valid_paths(annotation, prefix + name + "."))
+    return paths
+
+
+def _explain(error: ValidationError) -> str:
+    lines = []
+    valid = _valid_paths(UserRLConfig)
+    for item in error.errors():
+        loc = ".".join(str(part) for part in item["loc"])
+        if item["type"] == "extra_forbidden":
+            parent = loc.rsplit(".", 1)[0] + "." if "." in loc else ""
+            siblings = [p for p in valid if p.startswith(parent) and "." not in p[len(parent):]]
+            close = difflib.get_close_matches(loc, siblings, n=1, cutoff=0.5)
+            hint = f"; did you mean '{close[0]}'?" if close else f"; valid keys here: {', '.join(siblings)}"
+            lines.append(f"{loc}: unknown key{hint}")
+        else:
+            lines.append(f"{loc}: {item['msg']} (got {item.get('input')!r})")
+    return "invalid config:\n  " + "\n  ".join(lines)
+
+
+def parse_config(data: dict[str, Any]) -> UserRLConfig:
+    """Validate a nested dict into a config, with readable errors."""
+    try:
+        return UserRLConfig.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(_explain(error)) from None
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply `section.key=value` overrides (values parsed as YAML) to a nested dict."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} is not of the form section.key=value")
+        path, raw = item.split("=", 1)
+        value = yaml.safe_load(raw) if raw.strip() else None
+        node = data
+        parts = path.strip().split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {item!r}: '{part}' is not a section")
+        node[parts[-1]] = value
+    return data
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> UserRLConfig:
+    """Read a YAML file (optional), apply dotted overrides and validate."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        data = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file {path} must hold a mapping at the top level")
+    return parse_config(apply_overrides(data, list(overrides or [])))

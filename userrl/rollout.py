@@ -1,0 +1,146 @@
+"""One multi-turn episode, as data: the loop of spec ALGORITHMS.md 1.2, with no Ray in it."""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from userrl.chat import ChatFormat
+from userrl.engines.base import GenerationOutput, GenerationRequest
+from userrl.envs import MultiTurnEnv, Task
+from userrl.trajectory import ROLE_IDS, Trajectory, TurnRecord
+
+log = logging.getLogger(__name__)
+
+GenerateFn = Callable[[GenerationRequest], Awaitable[GenerationOutput]]
+
+
+@dataclass
+class RolloutLimits:
+    """Budgets of one episode."""
+
+    max_turns: int = 16
+    max_new_tokens: int = 64
+    max_model_len: int = 2048
+    max_response_len: int = 1536
+    temperature: float = 1.0
+    top_p: float = 1.0
+    show_reward_in_feedback: bool = False
+
+
+def request_seed(base_seed: int, uid: str, turn: int) -> int:
+    """A per-request sampling seed that does not depend on how requests are batched."""
+    return zlib.crc32(f"{base_seed}:{uid}:{turn}".encode()) & 0x7FFFFFFF
+
+
+async def run_episode(
+    env: MultiTurnEnv,
+    task: Task,
+    chat: ChatFormat,
+    generate: GenerateFn,
+    limits: RolloutLimits,
+    *,
+    uid: str,
+    group_id: str,
+    seed: int = 0,
+) -> Trajectory:
+    """Play one episode with the policy behind `generate`; never raises for env or parse failures."""
+    traj = Trajectory(uid=uid, group_id=group_id, env_name=task.gym, item_key=task.item_key,
+                      data_source=f"{task.source}_{task.gym}")
+    messages = chat.initial_messages(task.prompt)
+    traj.messages = [dict(m) for m in messages]
+    for ids, role in chat.encode_prompt(messages):
+        traj.append(ids, role)
+    traj.prompt_len = len(traj.input_ids)
+    traj.stop_reason = "max_turns"
+    try:
+        env.reset(options={"task": task})
+    except Exception as error:  # noqa: BLE001 - a broken env is counted, never fatal to the batch
+        log.exception("env reset failed for %s/%s", task.gym, task.item_key)
+        return _abort(traj, f"reset_exception:{type(error).__name__}")
+
+    try:
+        return await _play(env, chat, generate, limits, traj, uid, seed)
+    finally:
+        env.close()
+
+
+async def _play(env: MultiTurnEnv, chat: ChatFormat, generate: GenerateFn, limits: RolloutLimits,
+                traj: Trajectory, uid: str, seed: int) -> Trajectory:
+    versions: list[int] = []
+    for turn in range(limits.max_turns):
+        header = chat.header_ids if turn > 0 else []
+        room = min(limits.max_model_len - len(traj.input_ids),
+                   limits.max_response_len - traj.response_len) - len(header)
+        if room <= 1:
+            traj.stop_reason = "context_full"
+            break
+        traj.turn_starts.append(traj.response_len)
+        traj.append(header, ROLE_IDS["assistant"], turn=turn)
+        request = GenerationRequest(
+            prompt_ids=list(traj.input_ids), max_new_tokens=min(room - 1, limits.max_new_tokens),
+            temperature=limits.temperature, top_p=limits.top_p,
+            seed=request_seed(seed, uid, turn), stop_token_ids=chat.stop_token_ids,
+        )
+        try:
+            out = await generate(request)
+        except Exception as error:  # noqa: BLE001 - an engine failure aborts this episode only
+            log.exception("generation failed for episode %s", uid)
+            traj.turn_starts.pop()
+            _truncate(traj, len(traj.input_ids) - len(header))
+            return _abort(traj, f"generate_exception:{type(error).__name__}", versions)
+        versions.append(out.policy_version)
+        traj.append(out.token_ids, ROLE_IDS["assistant"], sampled=True, turn=turn, logprobs=out.logprobs)
+        record = TurnRecord(n_sampled=len(out.token_ids))
+        traj.turns.append(record)
+        text = chat.tokenizer.decode(out.token_ids, skip_special_tokens=True)
+        traj.messages.append({"role": "assistant", "content": text})
+        if out.finish_reason == "length":
+            traj.stop_reason = "length"
+            break
+        parsed = chat.parse(text)
+        record.n_tool_calls = parsed.n_tool_calls
+        action = parsed.action
+        if action is None:
+            traj.stop_reason = "no_tool_call"
+            break
+        result = await env.astep(action)
+        record.executed = True
+        record.choice, record.content = parsed.calls[0]
+        record.reward = float(result.reward)
+        record.terminated, record.truncated = bool(result.terminated), bool(result.truncated)
+        feedback = str(result.observation.get("feedback", ""))
+        if limits.show_reward_in_feedback:
+            feedback = f"{feedback}\nReward: {result.reward}"
+        record.feedback = feedback
+        tool_messages = chat.tool_messages(parsed, feedback)
+        traj.messages.extend(tool_messages)
+        tool_ids = chat.encode_after_assistant(tool_messages)
+        room = min(limits.max_model_len - len(traj.input_ids), limits.max_response_len - traj.response_len)
+        traj.append(tool_ids[:max(room, 0)], ROLE_IDS["tool"], turn=turn)
+        error = result.info.get("error") if isinstance(result.info, dict) else None
+        if error:
+            return _abort(traj, str(error), versions)
+        if len(tool_ids) > room:
+            traj.stop_reason = "context_full"
+            break
+        if record.terminated or record.truncated:
+            traj.stop_reason = "env_done"
+            break
+    traj.policy_version = min(versions) if versions else 0
+    return traj
+
+
+def _truncate(traj: Trajectory, length: int) -> None:
+    for name in ("input_ids", "role_ids", "loss_mask", "turn_ids", "sampler_logprobs"):
+        del getattr(traj, name)[length:]
+
+
+def _abort(traj: Trajectory, error: str, versions: list[int] | None = None) -> Trajectory:
+    traj.aborted = True
+    traj.error = error
+    traj.stop_reason = "aborted"
+    traj.policy_version = min(versions) if versions else 0
+    return traj
