@@ -3,13 +3,17 @@
 A gym with model roles holds a `RoleClient` in `self.llm` (built from its `llm` constructor keyword)
 and, for `backend="scripted"`, uses its deterministic stand-in instead. A call that still fails after
 its attempts returns `None` as the value, and the gym applies that role's fallback (GYMS.md 0.6).
+
+`make_role_client(spec)` builds the OpenAI-compatible backend (envs/openai_client.py) from a gym's `llm`
+keyword; structured-output helpers (extract_json_object, as_bool, as_int, as_float, as_label) live in
+envs/json_extract.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 T = TypeVar("T")
 
@@ -22,8 +26,11 @@ class RoleCall:
     attempts: int
     ok: bool
     latency_s: float
+    #: Why the last attempt failed (e.g. "timeout", "http_500", "extraction_failed"); None when ok.
+    error: str | None = None
 
 
+@runtime_checkable
 class RoleClient(Protocol):
     """An async chat-completions client for gym roles."""
 
@@ -53,3 +60,11 @@ class RoleClient(Protocol):
     ) -> tuple[str | None, RoleCall]:
         """Free-text completion with the same retries; None when every attempt failed."""
         ...
+
+
+def make_role_client(spec: Any = None) -> RoleClient:
+    """A RoleClient from a gym's `llm` keyword (see envs/openai_client.make_role_client)."""
+    # Imported here so that scripted-only use of this module never loads the openai SDK.
+    from userrl.envs.openai_client import make_role_client as _make
+
+    return _make(spec)

@@ -129,6 +129,9 @@ class LearnerConfig(_Section):
     num_learners: int = Field(2, ge=1)
     num_cpus_per_learner: float = Field(1.0, gt=0)
     use_gpu: bool = False
+    precision: Literal["float32", "bfloat16"] = Field(
+        "float32", description="bfloat16: autocast on CPU, FSDP mixed precision on GPU (fp32 master weights)."
+    )
     gradient_checkpointing: bool = False
 
 

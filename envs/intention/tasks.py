@@ -1,0 +1,258 @@
+"""Intention task sets: our own hand-written requests ("builtin") and the original UserRL files ("userrl")."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from userrl.envs.base import Task
+
+GYM = "intention"
+DATA_SOURCE = "interact_intention"
+IMPORTANCE_LEVELS = (1, 2, 3)
+#: Upper bound on details per item; the observation's detail counters are Discrete(MAX_DETAILS + 1).
+MAX_DETAILS = 64
+
+#: The system message of builtin tasks: the gym and its one choice. The chat layer appends how to act.
+INTENTION_SYSTEM_PROMPT = (
+    "You are playing IntentionGym. A user has made a vague request. Several details that matter for "
+    "doing it well are missing, and only the user knows them.\n"
+    "Choice:\n"
+    "- action: ask the user one clarifying question. Aim each question at one missing detail: a question "
+    "that bundles several details earns less, and a generic question earns nothing.\n"
+    "The more important a detail, the more it is worth. The game ends when every missing detail is "
+    "uncovered. Your steps are limited."
+)
+INTENTION_USER_TEMPLATE = (
+    "Category: {category}\n"
+    "Request: {task}\n"
+    "Ask clarifying questions to find out all the missing details of this request."
+)
+
+BUILTIN_TASKS_PATH = Path(__file__).resolve().parent / "data" / "intentions.json"
+USERRL_JSON = {
+    "train": Path("gyms/IntentionGym/intentiongym/data/all_intentions_train.json"),
+    "test": Path("gyms/IntentionGym/intentiongym/data/all_intentions_test.json"),
+}
+#: Split name -> parquet file (relative to data_root). The all* files mix every gym; rows are filtered.
+USERRL_PARQUET = {
+    "train": Path("data/intention_multiturn/train.parquet"),
+    "test": Path("data/intention_multiturn/test.parquet"),
+    "alltrain": Path("data/alltrain_multiturn/train.parquet"),
+    "alltest": Path("data/alltest_multiturn/test.parquet"),
+}
+
+
+@dataclass(frozen=True)
+class Detail:
+    """One hidden missing detail of a request."""
+
+    description: str
+    importance: int
+    inquiry: str
+    options: tuple[str, ...]
+
+
+def details_of(record: dict[str, Any]) -> tuple[Detail, ...]:
+    """The Detail objects of a validated item, in file order."""
+    return tuple(
+        Detail(d["description"], d["importance"], d["inquiry"], tuple(d["options"]))
+        for d in record["missing_details"]
+    )
+
+
+def builtin_prompt(category: str, task: str) -> list[dict[str, str]]:
+    """The [system, user] prompt of one builtin request."""
+    return [
+        {"role": "system", "content": INTENTION_SYSTEM_PROMPT},
+        {"role": "user", "content": INTENTION_USER_TEMPLATE.format(category=category, task=task)},
+    ]
+
+
+def _text(value: Any, what: str, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{where}: {what} must be a non-empty string, got {value!r:.80}")
+    return value
+
+
+def _importance(value: Any, where: str) -> int:
+    # The original files store "1"/"2"/"3" as strings; ours store integers. Anything else is refused.
+    if isinstance(value, bool):
+        raise ValueError(f"{where}: importance must be 1, 2 or 3, got {value!r}")
+    if isinstance(value, str) and value.strip() in ("1", "2", "3"):
+        return int(value.strip())
+    if isinstance(value, int) and value in IMPORTANCE_LEVELS:
+        return value
+    raise ValueError(f"{where}: importance must be 1, 2 or 3, got {value!r}")
+
+
+def validate_detail(raw: Any, where: str) -> dict[str, Any]:
+    """Check one missing detail; returns it normalised (importance as int, options as a list of str)."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}: a missing detail must be an object, got {type(raw).__name__}")
+    options = raw.get("options")
+    if not isinstance(options, list) or not options:
+        raise ValueError(f"{where}: options must be a non-empty list of strings")
+    return {
+        "description": _text(raw.get("description"), "description", where),
+        "importance": _importance(raw.get("importance"), where),
+        "inquiry": _text(raw.get("inquiry"), "inquiry", where),
+        "options": [_text(o, "every option", where) for o in options],
+    }
+
+
+def validate_item(raw: Any, where: str) -> dict[str, Any]:
+    """Check one request (id, category, task, missing_details); ValueError names where and the id."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}: every item must be an object, got {type(raw).__name__}")
+    item_id = raw.get("id")
+    if not isinstance(item_id, str) or not item_id:
+        raise ValueError(f"{where}: an item has no string 'id': {raw!r:.200}")
+    here = f"{where}: item {item_id!r}"
+    details = raw.get("missing_details")
+    if not isinstance(details, list) or not details:
+        raise ValueError(f"{here}: missing_details must be a non-empty list")
+    if len(details) > MAX_DETAILS:
+        raise ValueError(f"{here}: {len(details)} missing details, more than the limit of {MAX_DETAILS}")
+    return {
+        "id": item_id,
+        "category": _text(raw.get("category"), "category", here),
+        "task": _text(raw.get("task"), "task", here),
+        "missing_details": [validate_detail(d, f"{here}, detail {i + 1}") for i, d in enumerate(details)],
+    }
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file's content; ValueError names the file when it does not parse."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+
+
+def _categories(category: str | Sequence[str] | None) -> frozenset[str] | None:
+    if category is None:
+        return None
+    return frozenset([category] if isinstance(category, str) else category)
+
+
+def read_builtin_items(path: str | Path | None = None) -> list[dict[str, Any]]:
+    """Every builtin item (validated, with its split) in file order."""
+    path = Path(path) if path is not None else BUILTIN_TASKS_PATH
+    doc = read_json(path)
+    if not isinstance(doc, dict) or not isinstance(doc.get("tasks"), list):
+        raise ValueError(f"{path}: expected an object with a 'tasks' list")
+    items, seen = [], set()
+    for raw in doc["tasks"]:
+        record = validate_item(raw, str(path))
+        if record["id"] in seen:
+            raise ValueError(f"{path}: duplicate id {record['id']!r}")
+        seen.add(record["id"])
+        if raw.get("split") not in ("train", "test"):
+            raise ValueError(f"{path}: item {record['id']!r} needs split 'train' or 'test'")
+        items.append(dict(record, split=raw["split"]))
+    return items
+
+
+def load_builtin_tasks(
+    split: str = "train", category: str | Sequence[str] | None = None, path: str | Path | None = None
+) -> list[Task]:
+    """Our own requests (intention/data/intentions.json) of one split, optionally of some categories."""
+    if split not in ("train", "test"):
+        raise ValueError(f"builtin intention tasks have splits 'train' and 'test', not {split!r}")
+    wanted = _categories(category)
+    tasks = []
+    for item in read_builtin_items(path):
+        if item["split"] != split or (wanted is not None and item["category"] not in wanted):
+            continue
+        record = {k: v for k, v in item.items() if k != "split"}
+        prompt = builtin_prompt(record["category"], record["task"])
+        tasks.append(Task(GYM, record["id"], prompt, record, split=split, source="builtin"))
+    if wanted is not None and not tasks:
+        raise ValueError(f"no builtin intention tasks of split {split!r} in categories {sorted(wanted)}")
+    return tasks
+
+
+def load_userrl_items(data_root: str | Path) -> dict[str, dict[str, Any]]:
+    """The original train and test JSON files, validated and indexed by id."""
+    index: dict[str, dict[str, Any]] = {}
+    for rel in USERRL_JSON.values():
+        path = Path(data_root) / rel
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"{path} not found: data_root must point at a UserRL data folder (holding gyms/ and data/)"
+            )
+        items = read_json(path)
+        if not isinstance(items, list):
+            raise ValueError(f"{path}: expected a JSON array of intention items")
+        for raw in items:
+            record = validate_item(raw, str(path))
+            if record["id"] in index:
+                raise ValueError(f"{path}: duplicate id {record['id']!r}")
+            index[record["id"]] = record
+    return index
+
+
+def _create_kwargs(row: dict[str, Any]) -> dict[str, Any]:
+    return (((row.get("extra_info") or {}).get("tools_kwargs") or {}).get("interact_with_env") or {}).get(
+        "create_kwargs"
+    ) or {}
+
+
+def load_userrl_tasks(split: str, data_root: str | Path) -> list[Task]:
+    """Original parquet rows of one split (train, test, alltrain, alltest) resolved against the JSON files."""
+    if split not in USERRL_PARQUET:
+        raise ValueError(f"UserRL intention splits are {sorted(USERRL_PARQUET)}, not {split!r}")
+    import polars as pl  # lazy: only this loader needs polars
+
+    items = load_userrl_items(data_root)
+    path = Path(data_root) / USERRL_PARQUET[split]
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} not found: data_root must point at a UserRL data folder (holding gyms/ and data/)"
+        )
+    try:
+        frame = pl.read_parquet(path, columns=["data_source", "prompt", "extra_info"])
+    except Exception as exc:  # polars raises several error types for unreadable files
+        raise ValueError(f"{path}: cannot read the parquet file ({exc})") from exc
+    tasks = []
+    for index, row in enumerate(frame.filter(pl.col("data_source") == DATA_SOURCE).iter_rows(named=True)):
+        kwargs = _create_kwargs(row)
+        item_id = kwargs.get("id")
+        if item_id not in items:
+            raise ValueError(
+                f"{path}: row {index} has intention id {item_id!r}, which is in neither "
+                f"{USERRL_JSON['train'].name} nor {USERRL_JSON['test'].name}"
+            )
+        record = items[item_id]
+        for key in ("task", "category"):
+            # The row repeats these fields; a disagreement means the parquet and JSON files do not match.
+            if kwargs.get(key) is not None and kwargs[key] != record[key]:
+                raise ValueError(f"{path}: row {index} ({item_id!r}) has a {key} that differs from the JSON")
+        row_split = (row.get("extra_info") or {}).get("split") or split
+        try:
+            tasks.append(Task(GYM, item_id, list(row["prompt"]), dict(record), split=row_split, source="userrl"))
+        except ValueError as exc:
+            raise ValueError(f"{path}: row {index} ({item_id!r}): {exc}") from exc
+    return tasks
+
+
+def load_intention_tasks(
+    split: str = "train",
+    source: str = "builtin",
+    data_root: str | Path | None = None,
+    category: str | Sequence[str] | None = None,
+) -> list[Task]:
+    """Intention tasks from our own set (source "builtin") or the original UserRL files (source "userrl")."""
+    if source == "builtin":
+        return load_builtin_tasks(split, category)
+    if source == "userrl":
+        if data_root is None:
+            raise ValueError("source='userrl' needs data_root: the folder of the original UserRL data")
+        tasks = load_userrl_tasks(split, data_root)
+        wanted = _categories(category)
+        return tasks if wanted is None else [t for t in tasks if t.data["category"] in wanted]
+    raise ValueError(f"unknown task source {source!r}; use 'builtin' or 'userrl'")

@@ -1,0 +1,228 @@
+"""Search task sets: our own fictional questions ("builtin") and the original Bamboogle files ("userrl").
+
+Builtin questions are answerable from our own corpus (data/corpus.jsonl), which the default
+`local_corpus` search backend indexes with BM25.
+
+Source "userrl" loads the 125 Bamboogle questions of the original, with the parquet prompts verbatim.
+Their answers are real-world facts that the original looked up with a web search, which is not
+available offline. Unless an env is given another backend, these episodes search OUR fictional corpus,
+which does not contain their answers: the agent can only answer them from its own knowledge. Scores on
+them are therefore closed-book scores, not comparable with the original's web-search scores.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from userrl.envs.base import Task
+
+GYM = "search"
+DATA_SOURCE = "interact_searchgym"
+
+#: The system message of builtin tasks. Choices and contents only: the chat layer appends how to act
+#: (tool call or bracket line).
+SEARCH_SYSTEM_PROMPT = (
+    "You are playing SearchGym. You get a factual question about a fictional world, so your own "
+    "knowledge will not help: the facts are in a collection of short encyclopedia documents. Some "
+    "questions chain two facts, such as the birthplace of the person who invented something.\n"
+    "Choices:\n"
+    "- search: give a search query, a few keywords such as a name. You get the best-matching documents. "
+    "You have at most 5 searches.\n"
+    "- answer: give a short answer, such as a name, a place or a number. A correct answer ends the game; "
+    "after a wrong one you may search more or answer again.\n"
+    "Search for each fact you need, then answer. Your steps are limited."
+)
+SEARCH_USER_SUFFIX = "Plan your searches step by step, then give a short answer."
+
+BUILTIN_QUESTIONS_PATH = Path(__file__).resolve().parent / "data" / "questions.json"
+USERRL_QUESTIONS_JSON = Path("gyms/SearchGym/searchgym/data/questions.json")
+#: Split name -> parquet file (relative to data_root). Search is evaluation-only in the original: it has
+#: no training file, and the merged training file holds no Search rows.
+USERRL_PARQUET = {
+    "test": Path("data/bamboogle_multiturn/test.parquet"),
+    "alltest": Path("data/alltest_multiturn/test.parquet"),
+    "alltrain": Path("data/alltrain_multiturn/train.parquet"),
+}
+HOP_COUNTS = (1, 2)
+
+
+def builtin_prompt(question: str) -> list[dict[str, str]]:
+    """The [system, user] prompt of a builtin question."""
+    return [
+        {"role": "system", "content": SEARCH_SYSTEM_PROMPT},
+        {"role": "user", "content": f"{question}\n{SEARCH_USER_SUFFIX}"},
+    ]
+
+
+def validate_record(record: Any, where: str) -> dict[str, Any]:
+    """Check one question item (string id, question, answer); ValueError names where and the id."""
+    if not isinstance(record, dict):
+        raise ValueError(f"{where}: every item must be an object, got {type(record).__name__}")
+    item_id = record.get("id")
+    if not isinstance(item_id, str) or not item_id:
+        raise ValueError(f"{where}: an item has no string 'id': {record!r:.200}")
+    for key in ("question", "answer"):
+        value = record.get(key)
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError(f"{where}: item {item_id!r} needs a non-empty string {key!r}")
+    return {"id": item_id, "question": record["question"].strip(), "answer": record["answer"].strip()}
+
+
+def _read_json(path: Path) -> Any:
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} not found: data_root must point at a UserRL data folder (holding gyms/ and data/)"
+        )
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+
+
+def _hops_filter(hops: int | Sequence[int] | None) -> frozenset[int] | None:
+    if hops is None:
+        return None
+    counts = frozenset([hops] if isinstance(hops, int) else hops)
+    bad = sorted(counts - set(HOP_COUNTS))
+    if bad:
+        raise ValueError(f"unknown search hop counts {bad}; builtin questions have {list(HOP_COUNTS)} hops")
+    return counts
+
+
+def _builtin_record(raw: Any, where: str) -> dict[str, Any]:
+    record = validate_record(raw, where)
+    hops, plan, supporting = raw.get("hops"), raw.get("search_plan"), raw.get("supporting")
+    if hops not in HOP_COUNTS or raw.get("split") not in ("train", "test"):
+        raise ValueError(f"{where}: item {record['id']!r} needs hops 1 or 2 and split train/test")
+    if not (
+        isinstance(plan, list)
+        and isinstance(supporting, list)
+        and len(plan) == len(supporting) == hops
+        and all(isinstance(t, str) for t in supporting)
+        and all(isinstance(o, list) and o and all(isinstance(q, str) for q in o) for o in plan)
+    ):
+        raise ValueError(
+            f"{where}: item {record['id']!r} needs one supporting title and one non-empty list of "
+            "search queries per hop"
+        )
+    return {**record, "hops": hops, "supporting": list(supporting), "search_plan": [list(o) for o in plan]}
+
+
+def load_builtin_tasks(
+    split: str = "train", hops: int | Sequence[int] | None = None, path: str | Path | None = None
+) -> list[Task]:
+    """Our own questions (search/data/questions.json) of one split, optionally of some hop counts."""
+    if split not in ("train", "test"):
+        raise ValueError(f"builtin search tasks have splits 'train' and 'test', not {split!r}")
+    wanted = _hops_filter(hops)
+    path = Path(path) if path is not None else BUILTIN_QUESTIONS_PATH
+    doc = _read_json(path)
+    if not isinstance(doc, dict) or not isinstance(doc.get("questions"), list):
+        raise ValueError(f"{path}: expected an object with a 'questions' list")
+    tasks, seen = [], set()
+    for raw in doc["questions"]:
+        record = _builtin_record(raw, str(path))
+        if record["id"] in seen:
+            raise ValueError(f"{path}: duplicate id {record['id']!r}")
+        seen.add(record["id"])
+        if raw["split"] != split or (wanted is not None and record["hops"] not in wanted):
+            continue
+        tasks.append(
+            Task(
+                GYM,
+                record["id"],
+                builtin_prompt(record["question"]),
+                record,
+                split=split,
+                difficulty=record["hops"],
+                source="builtin",
+            )
+        )
+    return tasks
+
+
+def load_userrl_questions(data_root: str | Path) -> dict[str, dict[str, Any]]:
+    """The original questions.json (Bamboogle), validated and indexed by id."""
+    path = Path(data_root) / USERRL_QUESTIONS_JSON
+    items = _read_json(path)
+    if not isinstance(items, list):
+        raise ValueError(f"{path}: expected a JSON array of question items")
+    index: dict[str, dict[str, Any]] = {}
+    for raw in items:
+        record = validate_record(raw, str(path))
+        if record["id"] in index:
+            raise ValueError(f"{path}: duplicate id {record['id']!r}")
+        index[record["id"]] = record
+    return index
+
+
+def _create_kwargs_id(row: dict[str, Any]) -> Any:
+    kwargs = (((row.get("extra_info") or {}).get("tools_kwargs") or {}).get("interact_with_env") or {}).get(
+        "create_kwargs"
+    ) or {}
+    return kwargs.get("id")
+
+
+def load_userrl_tasks(split: str, data_root: str | Path) -> list[Task]:
+    """Original parquet rows of one split (test, alltest, alltrain) resolved against questions.json."""
+    if split not in USERRL_PARQUET:
+        raise ValueError(
+            f"UserRL search splits are {sorted(USERRL_PARQUET)}, not {split!r}: the original Search data is "
+            "evaluation-only and has no training file"
+        )
+    import polars as pl  # lazy: only this loader needs polars
+
+    questions = load_userrl_questions(data_root)
+    questions_path = Path(data_root) / USERRL_QUESTIONS_JSON
+    path = Path(data_root) / USERRL_PARQUET[split]
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} not found: data_root must point at a UserRL data folder (holding gyms/ and data/)"
+        )
+    try:
+        frame = pl.read_parquet(path, columns=["data_source", "prompt", "reward_model", "extra_info"])
+    except Exception as exc:  # polars raises several error types for unreadable files
+        raise ValueError(f"{path}: cannot read the parquet file ({exc})") from exc
+    tasks = []
+    for index, row in enumerate(frame.filter(pl.col("data_source") == DATA_SOURCE).iter_rows(named=True)):
+        item_id = _create_kwargs_id(row)
+        if item_id not in questions:
+            raise ValueError(
+                f"{path}: row {index} has question id {item_id!r}, which is not in {questions_path}"
+            )
+        record = questions[item_id]
+        truth = (row.get("reward_model") or {}).get("ground_truth")
+        if truth is not None and truth.strip() != record["answer"]:
+            raise ValueError(
+                f"{path}: row {index} ({item_id!r}) has ground_truth {truth!r}, but {questions_path} "
+                f"gives the answer {record['answer']!r}"
+            )
+        row_split = (row.get("extra_info") or {}).get("split") or split
+        try:
+            tasks.append(
+                Task(GYM, item_id, list(row["prompt"]), dict(record), split=row_split, source="userrl")
+            )
+        except ValueError as exc:
+            raise ValueError(f"{path}: row {index} ({item_id!r}): {exc}") from exc
+    return tasks
+
+
+def load_search_tasks(
+    split: str = "train",
+    source: str = "builtin",
+    data_root: str | Path | None = None,
+    hops: int | Sequence[int] | None = None,
+) -> list[Task]:
+    """Search tasks from our own set (source "builtin") or the original UserRL files (source "userrl")."""
+    if source == "builtin":
+        return load_builtin_tasks(split, hops)
+    if source == "userrl":
+        if data_root is None:
+            raise ValueError("source='userrl' needs data_root: the folder of the original UserRL data")
+        if hops is not None:
+            raise ValueError("the original UserRL search questions have no hop labels; drop the hops filter")
+        return load_userrl_tasks(split, data_root)
+    raise ValueError(f"unknown task source {source!r}; use 'builtin' or 'userrl'")

@@ -1,0 +1,229 @@
+"""TauEnv: customer service with τ-bench tools and a simulated customer (GYMS.md section 5)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+from gymnasium import spaces
+
+from userrl.envs.base import BOOL_SPACE, MAX_FEEDBACK_CHARS, MultiTurnEnv, Task, text_space
+from userrl.envs.llm import RoleClient
+from userrl.envs.tau.customer import (
+    FALLBACK_REPLY,
+    GREETING,
+    STOP_TOKEN,
+    CustomerFacts,
+    ScriptedCustomer,
+    clean_reply,
+    customer_messages,
+)
+from userrl.envs.tau.database import DomainData, EpisodeDB
+from userrl.envs.tau.parsing import INVALID_TOOL_FORMAT, parse_tool_call
+from userrl.envs.tau.reward import TauOutcome, evaluate, missing_outputs
+from userrl.envs.tau.tasks import resolve_domain_data, validate_task_data
+from userrl.envs.tau.tools import ERROR_PREFIX, catalogue_text, domain_tools, run_tool, unknown_action
+
+# Every feedback string of section 5, verbatim.
+TOOLS_ALREADY_SHOWN = "The tool list was already provided above."
+SEARCH_UNSUPPORTED = "Only 'tools' and 'help' are supported for search."
+SEARCH_UNSUPPORTED_WITH_POLICY = "Only 'tools', 'help' and 'policy' are supported for search."
+NO_POLICY = "No policy text is available for this domain."
+INVALID_ACTION = "Invalid action. Allowed choices: search, action, answer."
+EPISODE_FINISHED = "Episode finished."
+HELP_TEXT = (
+    "How to work in TauGym:\n"
+    "- Use `action` to talk to the customer: ask for the details you need and confirm changes with them.\n"
+    '- Use `answer` with one tool call as JSON, {"name": tool_name, "arguments": {...}}, to use an '
+    "internal tool (`tool_name: {...}` also works).\n"
+    "- Use `search` with `tools` to see the tools and their arguments."
+)
+#: The customer-simulator role name in info["lm_calls"].
+CUSTOMER_ROLE = "customer"
+REWARD_PRESETS = ("train", "eval")
+
+
+class TauEnv(MultiTurnEnv):
+    """The Tau gym: serve a simulated customer with the domain's tools; reward 1 for the gold end state."""
+
+    gym_name: ClassVar[str] = "tau"
+    allowed_choices: ClassVar[tuple[str, ...]] = ("search", "action", "answer")
+    normalize_rewards_default: ClassVar[bool] = False
+
+    def _configure(
+        self,
+        *,
+        llm: RoleClient | None = None,
+        tau_data_root: str | Path | None = None,
+        user_temperature: float = 0.0,
+        expose_policy: bool = False,
+        reward_preset: str = "train",
+    ) -> None:
+        """Gym keywords: the customer's RoleClient, the τ-bench folder, simulator temperature, policy access."""
+        if self.backend != "scripted" and llm is None:
+            raise ValueError(f"backend={self.backend!r} needs an llm RoleClient for the customer role")
+        if reward_preset not in REWARD_PRESETS:
+            raise ValueError(f"reward_preset must be one of {REWARD_PRESETS}, got {reward_preset!r}")
+        self.llm = llm
+        self.tau_data_root = tau_data_root
+        self.user_temperature = float(user_temperature)
+        self.expose_policy = bool(expose_policy)
+        # Tau's reward is the same in both presets (GYMS.md 0.9); the keyword is accepted for uniformity.
+        self.reward_preset = reward_preset
+
+    def _observation_fields(self) -> dict[str, spaces.Space]:
+        return {
+            "instruction": text_space(MAX_FEEDBACK_CHARS),
+            "tools_info": text_space(MAX_FEEDBACK_CHARS),
+            "step_count": self.count_space(),
+            "episode_complete": BOOL_SPACE,
+        }
+
+    def _load_task(self, task: Task) -> None:
+        data = validate_task_data(task.data, f"tau task {task.item_key!r}")
+        domain = resolve_domain_data(data, self.tau_data_root)
+        tools = domain_tools(data["domain"])
+        unknown = sorted({a["name"] for a in data["actions"]} - set(tools))
+        if unknown:
+            raise ValueError(f"tau task {task.item_key!r}: gold actions use unknown tools {unknown}")
+        # Build the hash caches now rather than inside the first step (once per process).
+        domain.warm()
+        self._data: dict[str, Any] = data
+        self._domain: DomainData = domain
+        self._tools_info = catalogue_text(data["domain"])
+
+    # ------------------------------------------------------------------ episode state
+
+    def _reset_impl(self) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        data = self._data
+        self.db = EpisodeDB(self._domain)
+        self.responds: list[str] = []
+        self.dialogue: list[tuple[str, str]] = [("agent", GREETING), ("customer", data["obs"])]
+        self.tools_shown = False
+        self.outcome: TauOutcome | None = None
+        self.end_reason: str | None = None
+        self.tool_calls = 0
+        self.invalid_tool_calls = 0
+        self.tool_errors = 0
+        self.customer: ScriptedCustomer | None = None
+        if self.backend == "scripted":
+            user = self.db.get("users", data["user_id"]) if self.db.contains("users", data["user_id"]) else None
+            facts = CustomerFacts.from_task(data["user_id"], user, data["actions"])
+            self.customer = ScriptedCustomer(data["instruction"], facts)
+        # The reset text is never shown to the agent (its prompt already holds the customer's opening).
+        return f"TauGym: the customer says: {data['obs']}", self._extra_obs(), self._gym_info()
+
+    def _extra_obs(self) -> dict[str, Any]:
+        return {"instruction": self._data["instruction"], "tools_info": self._tools_info}
+
+    def _gym_info(self) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "task_id": self._data["id"],
+            "task_category": self._data["domain"],
+            "tau_reward": self.outcome.reward if self.outcome else 0.0,
+            "end_reason": self.end_reason,
+            "tool_calls": self.tool_calls,
+            "invalid_tool_calls": self.invalid_tool_calls,
+            "tool_errors": self.tool_errors,
+            "db_match": None,
+            "outputs_match": None,
+            "missing_outputs": None,
+            "agent_hash": None,
+            "gold_hash": None,
+        }
+        if self.outcome is not None:
+            info.update(self.outcome.as_info())
+        return info
+
+    def gold_hash(self) -> str:
+        """Hash of a fresh database after the gold actions (cached per process)."""
+        return self._domain.gold_hash(self._data["actions"])
+
+    def goal_reached(self) -> bool:
+        """Whether the database is at the gold state and every required output has been said."""
+        return self.db.state_hash() == self.gold_hash() and not missing_outputs(
+            self._data["outputs"], self.responds
+        )
+
+    # ------------------------------------------------------------------ steps
+
+    async def _astep_impl(
+        self, choice: str, content: str
+    ) -> tuple[str, float, bool, dict[str, Any], dict[str, Any]]:
+        base, terminated = 0.0, False
+        if choice == "search":
+            feedback = self._search(content)
+        elif choice == "action":
+            feedback = await self._respond(content)
+            if STOP_TOKEN in feedback:
+                base, terminated = self._end("stop"), True
+        elif choice == "answer":
+            feedback, is_terminal = self._tool_call(content)
+            if is_terminal:
+                base, terminated = self._end("transfer"), True
+        elif choice == "finish":
+            self.end_reason, terminated, feedback = "finish", True, EPISODE_FINISHED
+        else:
+            feedback = INVALID_ACTION
+        # No step penalty: the return is 0 or 1 (GYMS.md section 5); reward_scale still applies.
+        return feedback, self.shaped_reward(base), terminated, self._extra_obs(), self._gym_info()
+
+    def _end(self, reason: str) -> float:
+        """Evaluate the episode (terminal step by ###STOP### or a transfer) and return the τ reward."""
+        self.end_reason = reason
+        self.outcome = evaluate(self.db, self.gold_hash(), self._data["outputs"], self.responds)
+        return self.outcome.reward
+
+    def _search(self, content: str) -> str:
+        query = content.strip().lower()
+        if query == "tools":
+            if self.tools_shown:
+                return TOOLS_ALREADY_SHOWN
+            self.tools_shown = True
+            return self._tools_info
+        if query == "help":
+            return HELP_TEXT
+        if self.expose_policy:
+            if query == "policy":
+                return self._domain.policy() or NO_POLICY
+            return SEARCH_UNSUPPORTED_WITH_POLICY
+        return SEARCH_UNSUPPORTED
+
+    async def _respond(self, message: str) -> str:
+        """Send an agent message to the customer and return the customer's reply."""
+        self.responds.append(message)
+        self.dialogue.append(("agent", message))
+        if self.customer is not None:
+            reply = self.customer.reply(message, self.goal_reached())
+        else:
+            assert self.llm is not None
+            system, user = customer_messages(self._data["instruction"], self.dialogue)
+            text, call = await self.llm.complete_text(
+                CUSTOMER_ROLE, system, user, temperature=self.user_temperature
+            )
+            self.record_lm_call(call.role, call.attempts, call.ok, call.latency_s)
+            reply = clean_reply(text) or FALLBACK_REPLY
+        self.dialogue.append(("customer", reply))
+        return reply
+
+    def _tool_call(self, content: str) -> tuple[str, bool]:
+        """Run one tool call: (observation, whether the tool ends the episode)."""
+        call = parse_tool_call(content)
+        if call is None:
+            self.invalid_tool_calls += 1
+            return INVALID_TOOL_FORMAT, False
+        tool = domain_tools(self._data["domain"]).get(call.name)
+        if tool is None:
+            self.invalid_tool_calls += 1
+            return unknown_action(call.name), False
+        self.tool_calls += 1
+        observation = run_tool(self.db, call.name, call.arguments)
+        if observation.startswith(ERROR_PREFIX):
+            self.tool_errors += 1
+        return observation, tool.terminal
+
+    def _close_impl(self) -> None:
+        # Drop the episode's overlay; the pristine database stays cached for the next env in this process.
+        self.db = None  # type: ignore[assignment]
+        self.dialogue = []
+        self.responds = []

@@ -1,0 +1,239 @@
+"""TurtleEnv: uncover the hidden story behind a lateral-thinking puzzle (GYMS.md section 8)."""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+from gymnasium import spaces
+
+from userrl.envs.base import BOOL_SPACE, MAX_FEEDBACK_CHARS, MultiTurnEnv, Task, text_space
+from userrl.envs.llm import RoleClient
+from userrl.envs.text import content_words
+from userrl.envs.turtle import roles
+
+# Every feedback string of section 8, verbatim.
+ORACLE_FALLBACK = "I could not process that question. Please ask another yes/no question."
+COVERED_HEADER = "Your story covers these key points:"
+MORE_TWISTS = "There may be more twists to uncover."
+NOTHING_COVERED = "Your story does not cover any of the key points yet."
+COVERED_COUNT = "Your story covers {k} of {n} key points."
+GRADER_FAILED = "Your story could not be evaluated. Try again."
+EPISODE_FINISHED = "Episode finished."
+INVALID_ACTION = "Invalid action. Allowed choices: action (a yes/no question), answer (your full story)."
+#: The reset text; like every reset text it is never shown to the agent (0.3).
+WELCOME = "TurtleGym: the puzzle is ready. Ask yes/no questions, then tell the full hidden story."
+GOAL = "Uncover the hidden story behind the surface and tell it in full."
+
+#: Termination tolerance: rubric weights that sum to 1 - 1e-16 must still allow a perfect story (Decisions).
+SUCCESS_TOLERANCE = 1e-9
+ROLES = ("oracle", "grader")
+
+
+class UnitScore(spaces.Box):
+    """A scalar score in [0, 1] that accepts plain Python floats (Box warns on anything but arrays)."""
+
+    def __init__(self) -> None:
+        super().__init__(low=0.0, high=1.0, shape=(), dtype=np.float64)
+
+    def contains(self, x: Any) -> bool:
+        """Any real number (not bool) in [0, 1]."""
+        if isinstance(x, int | float) and not isinstance(x, bool):
+            return 0.0 <= float(x) <= 1.0
+        return super().contains(x)
+
+
+class TurtleEnv(MultiTurnEnv):
+    """The Turtle gym: ask yes/no questions about a puzzle's hidden story, then tell it; a rubric grades it."""
+
+    gym_name: ClassVar[str] = "turtle"
+    allowed_choices: ClassVar[tuple[str, ...]] = ("action", "answer")
+    # r_final = clip(r * reward_scale - step_penalty * step_count, 0, 1) (section 8).
+    normalize_rewards_default: ClassVar[bool] = True
+
+    def _configure(
+        self,
+        *,
+        llm: RoleClient | None = None,
+        success_threshold: float = 1.0,
+        reveal_covered_statements: bool = True,
+        oracle_history_turns: int = 0,
+        role_backends: Mapping[str, str] | None = None,
+    ) -> None:
+        """Gym keywords: the model client, the success threshold, feedback and oracle flags, role backends."""
+        if not math.isfinite(success_threshold) or not 0.0 < success_threshold <= 1.0:
+            raise ValueError(f"success_threshold must be in (0, 1], got {success_threshold!r}")
+        if isinstance(oracle_history_turns, bool) or not isinstance(oracle_history_turns, int):
+            raise ValueError(f"oracle_history_turns must be an integer >= 0, got {oracle_history_turns!r}")
+        if oracle_history_turns < 0:
+            raise ValueError(f"oracle_history_turns must be an integer >= 0, got {oracle_history_turns!r}")
+        overrides = dict(role_backends or {})
+        unknown = sorted(set(overrides) - set(ROLES))
+        if unknown:
+            raise ValueError(f"role_backends has unknown roles {unknown}; Turtle's roles are {list(ROLES)}")
+        self.role_backends = {role: str(overrides.get(role, self.backend)) for role in ROLES}
+        if llm is None and any(b != "scripted" for b in self.role_backends.values()):
+            raise ValueError(
+                f"backend {self.role_backends} needs an llm RoleClient (llm=...); use backend='scripted' "
+                "for the model-free stand-ins"
+            )
+        self.llm = llm
+        self.success_threshold = float(success_threshold)
+        self.reveal_covered_statements = bool(reveal_covered_statements)
+        self.oracle_history_turns = oracle_history_turns
+
+    def _observation_fields(self) -> dict[str, spaces.Space]:
+        return {
+            "story_title": text_space(MAX_FEEDBACK_CHARS),
+            "story_text": text_space(MAX_FEEDBACK_CHARS),
+            "goal": text_space(MAX_FEEDBACK_CHARS),
+            "step_count": self.count_space(),
+            "episode_complete": BOOL_SPACE,
+            "current_score": UnitScore(),
+            "best_score": UnitScore(),
+        }
+
+    def _load_task(self, task: Task) -> None:
+        data = task.data
+        try:
+            title, surface, bottom = str(data["title"]), str(data["surface"]), str(data["bottom"])
+            statements = [str(r["statement"]) for r in data["rubric"]]
+            weights = [float(r["weight"]) for r in data["rubric"]]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(
+                f"turtle task {task.item_key!r}: data needs title, surface, bottom and "
+                f"rubric [{{statement, weight}}] ({exc!r})"
+            ) from exc
+        if not statements or not all(math.isfinite(w) and w >= 0 for w in weights):
+            raise ValueError(f"turtle task {task.item_key!r}: the rubric needs statements with weights >= 0")
+        self._title, self._surface, self._bottom = title, surface, bottom
+        self._statements, self._weights = statements, weights
+        surface_words = content_words(surface)
+        self._surface_words, self._bottom_words = surface_words, content_words(bottom)
+        self._statement_keys = [roles.statement_keys(s, surface_words) for s in statements]
+
+    # ------------------------------------------------------------------ episode state
+
+    def _reset_impl(self) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        self.current_score = 0.0
+        self.best_score = 0.0
+        self.judge_success: bool | None = None
+        self.best_json_response: dict[str, Any] | None = None
+        self.judge_history: list[dict[str, Any]] = []
+        self.oracle_history: list[tuple[str, str]] = []
+        return WELCOME, self._extra_obs(), self._gym_info()
+
+    def _extra_obs(self) -> dict[str, Any]:
+        return {
+            "story_title": self._title,
+            "story_text": self._surface,
+            "goal": GOAL,
+            "current_score": self.current_score,
+            "best_score": self.best_score,
+        }
+
+    def _gym_info(self) -> dict[str, Any]:
+        return {
+            "judge_success": self.judge_success,
+            "current_score": self.current_score,
+            "best_score": self.best_score,
+            "best_json_response": copy.deepcopy(self.best_json_response),
+            "total_criteria": len(self._statements),
+            "ground_truth": self._bottom,
+            "judge_history": copy.deepcopy(self.judge_history),
+        }
+
+    # ------------------------------------------------------------------ steps
+
+    async def _astep_impl(
+        self, choice: str, content: str
+    ) -> tuple[str, float, bool, dict[str, Any], dict[str, Any]]:
+        reward, terminated = 0.0, False
+        self.judge_success = None  # set only by steps that grade a story
+        if choice == "action":
+            feedback = await self._ask(content)
+        elif choice == "answer":
+            feedback, reward, terminated = await self._answer(content)
+        elif choice == "finish":
+            feedback, terminated = EPISODE_FINISHED, True
+        else:
+            feedback = INVALID_ACTION
+        return feedback, reward, terminated, self._extra_obs(), self._gym_info()
+
+    async def _ask(self, question: str) -> str:
+        """The oracle's Yes/No/Maybe, or the fallback message when the model role fails."""
+        if not question.strip():
+            # Nothing to decide; the scripted rule gives Maybe too, so no model call is spent on it.
+            answer: str | None = "Maybe"
+        elif self.role_backends["oracle"] == "scripted":
+            answer = roles.scripted_oracle(question, self._surface_words, self._bottom_words)
+        else:
+            history = self.oracle_history[-self.oracle_history_turns :] if self.oracle_history_turns else []
+            user = roles.oracle_user_message(self._surface, self._bottom, question, history)
+            answer, call = await self.llm.complete_json(
+                roles.ORACLE_ROLE, roles.ORACLE_SYSTEM_PROMPT, user, roles.validate_oracle_reply
+            )
+            self.record_lm_call(call.role, call.attempts, call.ok, call.latency_s)
+        if answer is None:
+            return ORACLE_FALLBACK
+        self.oracle_history.append((question, answer))
+        return answer
+
+    async def _grade(self, story: str) -> list[dict[str, Any]] | None:
+        """Per-statement {statement, thought, score} from the grader role, or None when it failed."""
+        if not story.strip():
+            # An empty story covers nothing; no model call is spent on it.
+            return [{"statement": s, "thought": "", "score": 0.0} for s in self._statements]
+        if self.role_backends["grader"] == "scripted":
+            scores = roles.scripted_grade(self._statement_keys, story)
+            return [
+                {"statement": s, "thought": "", "score": x}
+                for s, x in zip(self._statements, scores, strict=True)
+            ]
+        user = roles.grader_user_message(self._surface, self._bottom, story, self._statements)
+        graded, call = await self.llm.complete_json(
+            roles.GRADER_ROLE, roles.GRADER_SYSTEM_PROMPT, user, roles.grader_validator(self._statements)
+        )
+        self.record_lm_call(call.role, call.attempts, call.ok, call.latency_s)
+        return graded
+
+    async def _answer(self, story: str) -> tuple[str, float, bool]:
+        graded = await self._grade(story)
+        self.judge_success = graded is not None
+        if graded is None:
+            overall, feedback = 0.0, GRADER_FAILED
+        else:
+            scores = [g["score"] for g in graded]
+            # Summed in rubric order like the original, so float error below 1.0 stays (hence the tolerance).
+            overall = min(1.0, sum(w * s for w, s in zip(self._weights, scores, strict=True)))
+            feedback = self._coverage_feedback(scores)
+        self.current_score = overall
+        gain = max(0.0, overall - self.best_score)
+        if graded is not None and (self.best_json_response is None or overall > self.best_score):
+            self.best_json_response = {"scores": graded, "overall": overall}
+        self.best_score = max(self.best_score, overall)
+        self.judge_history.append(
+            {
+                "step": self.step_count,
+                "story": story,
+                "scores": graded,
+                "overall": overall,
+                "success": graded is not None,
+            }
+        )
+        # Only answer steps pay: clip(r * reward_scale - step_penalty * step_count, 0, 1) when normalized.
+        reward = self.shaped_reward(gain, self.step_penalty * self.step_count)
+        solved = graded is not None and overall >= self.success_threshold - SUCCESS_TOLERANCE
+        return feedback, reward, solved
+
+    def _coverage_feedback(self, scores: list[float]) -> str:
+        """The gym's own feedback: the fully covered statements (or their count); the model's is ignored."""
+        covered = [s for s, x in zip(self._statements, scores, strict=True) if x == 1.0]
+        if not covered:
+            return NOTHING_COVERED
+        if not self.reveal_covered_statements:
+            return COVERED_COUNT.format(k=len(covered), n=len(self._statements))
+        return "\n".join([COVERED_HEADER, *(f"- {s}" for s in covered), MORE_TWISTS])

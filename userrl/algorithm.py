@@ -1,0 +1,222 @@
+"""The Algorithm, RLlib-style: a config builder, `build_algo()`, `fit()`, `evaluate()`, resume.
+
+Shapes copied from RLlib (config builder, runner group, learner group); classes are our own because
+RLlib's learners are DDP-only and its env runners assume numeric spaces (see docs/ARCHITECTURE.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import queue as queue_lib
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.train import RunConfig, ScalingConfig
+from ray.train.torch import TorchTrainer
+from ray.util.queue import Queue
+
+from userrl.actors.env_runner import EnvRunner
+from userrl.actors.policy_replica import PolicyReplica
+from userrl.config import UserRLConfig, apply_overrides, parse_config
+from userrl.models import resolve_model
+from userrl.rollout import RolloutLimits
+from userrl.tracking import MLflowTracker
+from userrl.train_loop import train_loop_per_worker
+
+log = logging.getLogger(__name__)
+# Ray Train logs every report at INFO; our own progress lines say the same more briefly.
+_QUIET = ray.LoggingConfig(encoding="TEXT", log_level="WARNING")
+
+
+class GRPOMultiTurnConfig:
+    """Builder for a GRPO-multiturn run, in RLlib's `AlgorithmConfig` manner."""
+
+    def __init__(self, base: UserRLConfig | dict[str, Any] | None = None):
+        if isinstance(base, UserRLConfig):
+            base = base.model_dump(mode="json")
+        self._data: dict[str, Any] = dict(base or {})
+
+    def _section(self, name: str, values: dict[str, Any]) -> GRPOMultiTurnConfig:
+        self._data.setdefault(name, {}).update(values)
+        return self
+
+    def experiment(self, **values: Any) -> GRPOMultiTurnConfig:
+        """Name, seed, output folder."""
+        return self._section("experiment", values)
+
+    def environment(self, **values: Any) -> GRPOMultiTurnConfig:
+        """Gyms (mixture), protocol, turn and step limits."""
+        return self._section("env", values)
+
+    def env_runners(self, **values: Any) -> GRPOMultiTurnConfig:
+        """Number and resources of env-runner actors."""
+        return self._section("env_runners", values)
+
+    def policy(self, **values: Any) -> GRPOMultiTurnConfig:
+        """Model, engine, replicas, sampling."""
+        return self._section("policy", values)
+
+    def training(self, **values: Any) -> GRPOMultiTurnConfig:
+        """Iterations, batch and group size, optimizer, credit assignment, clipping, KL."""
+        return self._section("training", values)
+
+    def sft(self, **values: Any) -> GRPOMultiTurnConfig:
+        """Supervised warm start before RL."""
+        return self._section("sft", values)
+
+    def learners(self, **values: Any) -> GRPOMultiTurnConfig:
+        """Learner group size, resources, precision."""
+        return self._section("learners", values)
+
+    def evaluation(self, **values: Any) -> GRPOMultiTurnConfig:
+        """Evaluation interval, task count, split, temperature."""
+        return self._section("evaluation", values)
+
+    def checkpointing(self, **values: Any) -> GRPOMultiTurnConfig:
+        """Checkpoint frequency and resume path."""
+        return self._section("checkpointing", values)
+
+    def tracking(self, **values: Any) -> GRPOMultiTurnConfig:
+        """MLflow store and experiment."""
+        return self._section("tracking", values)
+
+    def overrides(self, items: list[str]) -> GRPOMultiTurnConfig:
+        """Dotted `section.key=value` overrides."""
+        apply_overrides(self._data, items)
+        return self
+
+    def to_config(self) -> UserRLConfig:
+        """Validate into a UserRLConfig (ConfigError names any bad key)."""
+        return parse_config(self._data)
+
+    def build_algo(self) -> GRPOMultiTurn:
+        """Validate and build the Algorithm."""
+        return GRPOMultiTurn(self.to_config())
+
+
+def _ray_cpus(config: UserRLConfig) -> int:
+    needed = (config.learners.num_learners * config.learners.num_cpus_per_learner
+              + config.policy.num_replicas * config.policy.num_cpus_per_replica
+              + config.env_runners.num_env_runners * config.env_runners.num_cpus_per_env_runner + 1)
+    return max(os.cpu_count() or 1, math.ceil(needed))
+
+
+class GRPOMultiTurn:
+    """Runs GRPO-multiturn: env runners and policy replicas as actors, learners as a TorchTrainer group."""
+
+    def __init__(self, config: UserRLConfig):
+        self.config = config
+        self.results: list[dict[str, Any]] = []
+        self._owns_ray = False
+        self._setup_ray()
+        resume = config.checkpointing.resume_from
+        if resume and not (Path(resume) / "meta.json").is_file():
+            raise FileNotFoundError(f"checkpointing.resume_from={resume} is not a userrl checkpoint folder "
+                                    "(no meta.json); pass a folder written by a training run")
+        self.model_path = str(Path(resume).resolve() / "model") if resume else resolve_model(config.policy.model)
+        self.replicas, self.runners = self._start_actors()
+
+    def _setup_ray(self) -> None:
+        if ray.is_initialized():
+            return
+        address = self.config.ray.address or os.environ.get("RAY_ADDRESS")
+        if address:
+            ray.init(address=address, logging_config=_QUIET)
+        else:
+            ray.init(num_cpus=self.config.ray.num_cpus or _ray_cpus(self.config), logging_config=_QUIET)
+            self._owns_ray = True
+
+    def _start_actors(self) -> tuple[list[Any], list[Any]]:
+        from transformers import AutoTokenizer
+
+        pc, ec = self.config.policy, self.config.env
+        pad = AutoTokenizer.from_pretrained(self.model_path).pad_token_id
+        replica_cls = ray.remote(PolicyReplica)
+        replicas = [replica_cls.options(num_cpus=pc.num_cpus_per_replica, max_concurrency=4096).remote(
+            self.model_path, pc.engine, pc.dtype, pc.max_batch_size, pc.num_threads, pad)
+            for _ in range(pc.num_replicas)]
+        limits = RolloutLimits(max_turns=ec.max_turns, max_new_tokens=pc.max_new_tokens,
+                               max_model_len=pc.max_model_len, max_response_len=pc.max_response_len,
+                               temperature=pc.temperature, top_p=pc.top_p,
+                               show_reward_in_feedback=ec.show_reward_in_feedback)
+        env_kwargs = {spec.name: {"max_steps": ec.max_steps, "step_timeout_s": ec.step_timeout_s,
+                                  "backend": ec.backend, **spec.kwargs} for spec in ec.gyms}
+        runner_cls = ray.remote(EnvRunner)
+        runners = [runner_cls.options(num_cpus=self.config.env_runners.num_cpus_per_env_runner,
+                                      max_concurrency=64).remote(
+            self.model_path, ec.protocol, limits, replicas, env_kwargs)
+            for _ in range(self.config.env_runners.num_env_runners)]
+        ray.get([r.get_version.remote() for r in replicas])  # fail fast if a replica cannot start
+        return replicas, runners
+
+    def fit(self, on_result: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+        """Train for `training.iterations`; returns one result per iteration (SFT steps are passed to
+        `on_result` only)."""
+        config = self.config
+        tracker = MLflowTracker(config)
+        results_queue = Queue()
+        lc = config.learners
+        trainer = TorchTrainer(
+            train_loop_per_worker,
+            train_loop_config={"config": config.model_dump(mode="json"), "model_path": self.model_path,
+                               "runners": self.runners, "replicas": self.replicas, "results": results_queue},
+            scaling_config=ScalingConfig(num_workers=lc.num_learners, use_gpu=lc.use_gpu,
+                                         resources_per_worker={"CPU": lc.num_cpus_per_learner}),
+            run_config=RunConfig(name=config.experiment.name,
+                                 storage_path=str((config.run_dir / "ray_train").resolve())),
+        )
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                trainer.fit()
+            except BaseException as error:  # noqa: BLE001 - re-raised in the calling thread
+                failure.append(error)
+
+        thread = threading.Thread(target=run, name="userrl-trainer", daemon=True)
+        thread.start()
+        step = 0
+        try:
+            while thread.is_alive() or not results_queue.empty():
+                try:
+                    result = results_queue.get(timeout=1.0)
+                except queue_lib.Empty:
+                    continue
+                step += 1
+                tracker.log_result(result, result.get("iteration", 0) if result["phase"] == "rl" else step)
+                if result["phase"] == "rl":
+                    self.results.append(result)
+                if on_result:
+                    on_result(result)
+            thread.join()
+            if failure:
+                raise RuntimeError(f"training failed: {failure[0]}") from failure[0]
+        except BaseException:
+            tracker.finish("FAILED")
+            raise
+        tracker.finish("FINISHED")
+        self.mlflow_run_id, self.mlflow_uri = tracker.run_id, tracker.uri
+        return self.results
+
+    def evaluate(self, num_tasks: int | None = None, split: str | None = None,
+                 temperature: float | None = None) -> dict[str, float]:
+        """Play the evaluation split with the replicas' current weights; returns eval/* metrics."""
+        from userrl.coordinator import RolloutCoordinator
+
+        ev = self.config.evaluation
+        coordinator = RolloutCoordinator(self.config, self.runners, self.replicas)
+        _, metrics = coordinator.evaluate(num_tasks or ev.num_tasks, split or ev.split,
+                                          ev.temperature if temperature is None else temperature)
+        return metrics
+
+    def stop(self) -> None:
+        """Release actors (and the local Ray this Algorithm started)."""
+        for actor in [*self.runners, *self.replicas]:
+            ray.kill(actor)
+        if self._owns_ray:
+            ray.shutdown()

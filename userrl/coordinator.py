@@ -1,0 +1,120 @@
+"""Rank 0's side of the RL loop: draw tasks, run them on the env runners, sync weights to replicas."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import ray
+
+from userrl.actors.env_runner import EpisodeSpec
+from userrl.config import UserRLConfig
+from userrl.envs import Task, load_tasks
+from userrl.trajectory import Trajectory
+
+
+class TaskMixture:
+    """The configured gyms' tasks, drawn by gym weight; draws depend only on (seed, iteration)."""
+
+    def __init__(self, config: UserRLConfig, split: str | None = None):
+        self.gyms, self.tasks, weights = [], [], []
+        for spec in config.env.gyms:
+            filters: dict[str, Any] = {"difficulty": spec.difficulty} if spec.difficulty is not None else {}
+            tasks = load_tasks(spec.name, split=split or spec.split, source=spec.source,
+                               data_root=config.env.data_root, **filters)
+            if not tasks:
+                raise ValueError(f"env.gyms: gym {spec.name!r} has no tasks for split {split or spec.split!r}")
+            self.gyms.append(spec.name)
+            self.tasks.append(tasks)
+            weights.append(spec.weight)
+        self.weights = np.asarray(weights) / sum(weights)
+        self.seed = config.experiment.seed
+
+    def sample(self, count: int, iteration: int) -> list[Task]:
+        """`count` tasks for one iteration (reproducible: the data position is the iteration)."""
+        rng = np.random.default_rng([self.seed, iteration])
+        picks = rng.choice(len(self.gyms), size=count, p=self.weights)
+        return [self.tasks[g][int(rng.integers(len(self.tasks[g])))] for g in picks]
+
+    def first(self, count: int) -> list[Task]:
+        """The first `count` tasks of each gym, for evaluation."""
+        return [task for tasks in self.tasks for task in tasks[:count]]
+
+
+def episode_specs(tasks: list[Task], group_size: int, prefix: str) -> list[EpisodeSpec]:
+    """Repeat every task `group_size` times; the copies share a fresh group id."""
+    return [EpisodeSpec(task, uid=f"{prefix}-g{g}-s{s}", group_id=f"{prefix}-g{g}")
+            for g, task in enumerate(tasks) for s in range(group_size)]
+
+
+def rollout_metrics(trajectories: list[Trajectory], seconds: float, prefix: str = "rollout") -> dict[str, float]:
+    """Reward, success, turns, valid actions, stop reasons, tokens/s; per gym too."""
+    if not trajectories:
+        return {}
+    returns = np.array([t.episode_return for t in trajectories])
+    turns = [len(t.turns) for t in trajectories]
+    executed = sum(turn.executed for t in trajectories for turn in t.turns)
+    sampled = sum(t.num_sampled for t in trajectories)
+    metrics = {
+        f"{prefix}/reward_mean": float(returns.mean()),
+        f"{prefix}/reward_std": float(returns.std()),
+        f"{prefix}/success_rate": float(np.mean([t.succeeded for t in trajectories])),
+        f"{prefix}/turns_mean": float(np.mean(turns)),
+        f"{prefix}/valid_action_rate": executed / max(sum(turns), 1),
+        f"{prefix}/sampled_tokens": float(sampled),
+        f"{prefix}/tokens_per_s": sampled / max(seconds, 1e-9),
+        f"{prefix}/episodes": float(len(trajectories)),
+        f"{prefix}/aborted": float(sum(t.aborted for t in trajectories)),
+    }
+    for reason, count in Counter(t.stop_reason for t in trajectories).items():
+        metrics[f"{prefix}/stop_{reason}"] = count / len(trajectories)
+    for gym in sorted({t.env_name for t in trajectories}):
+        gym_returns = [t.episode_return for t in trajectories if t.env_name == gym]
+        metrics[f"{prefix}/reward_mean/{gym}"] = float(np.mean(gym_returns))
+    return metrics
+
+
+class RolloutCoordinator:
+    """Drives the env runners and replicas from rank 0 of the learner group."""
+
+    def __init__(self, config: UserRLConfig, runners: list[Any], replicas: list[Any]):
+        self.config = config
+        self.runners = runners
+        self.replicas = replicas
+        self.train_tasks = TaskMixture(config)
+
+    def play(self, specs: list[EpisodeSpec], seed: int, temperature: float | None = None) -> list[Trajectory]:
+        """Spread episodes over the runners and gather their trajectories in order."""
+        shares = [specs[i::len(self.runners)] for i in range(len(self.runners))]
+        results = ray.get([runner.run.remote(share, seed, temperature)
+                           for runner, share in zip(self.runners, shares, strict=True) if share])
+        by_uid = {t.uid: t for share in results for t in share}
+        return [by_uid[spec.uid] for spec in specs]
+
+    def rollout(self, iteration: int) -> tuple[list[Trajectory], dict[str, float]]:
+        """One iteration's batch: batch_size tasks x group_size episodes."""
+        tc = self.config.training
+        specs = episode_specs(self.train_tasks.sample(tc.batch_size, iteration), tc.group_size, f"it{iteration}")
+        start = time.perf_counter()
+        trajectories = self.play(specs, seed=self.config.experiment.seed)
+        seconds = time.perf_counter() - start
+        metrics = rollout_metrics(trajectories, seconds)
+        metrics["time/rollout_s"] = seconds
+        return trajectories, metrics
+
+    def evaluate(self, num_tasks: int, split: str, temperature: float) -> tuple[list[Trajectory], dict[str, float]]:
+        """Greedy (by default) episodes on the first tasks of each gym's evaluation split."""
+        tasks = TaskMixture(self.config, split=split).first(num_tasks)
+        start = time.perf_counter()
+        trajectories = self.play(episode_specs(tasks, 1, "eval"), seed=self.config.experiment.seed,
+                                 temperature=temperature)
+        return trajectories, rollout_metrics(trajectories, time.perf_counter() - start, prefix="eval")
+
+    def sync_weights(self, state_dict: dict, version: int) -> float:
+        """Send new weights to every replica (through the object store); returns seconds."""
+        start = time.perf_counter()
+        ref = ray.put(state_dict)
+        ray.get([replica.load_weights.remote(ref, version) for replica in self.replicas])
+        return time.perf_counter() - start

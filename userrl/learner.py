@@ -1,0 +1,257 @@
+"""Learner: one rank of the FSDP2-sharded policy; updates it with GRPO-multiturn or SFT.
+
+It runs inside a Ray Train worker (which set up torch.distributed: gloo on CPU, NCCL on GPU), and
+also alone in a plain process with a one-member process group, as in the unit tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from transformers import AutoModelForCausalLM
+
+from userrl.algorithms import (
+    GRPOConfig,
+    aggregate,
+    grpo_multiturn_advantages,
+    kl_penalty,
+    policy_loss,
+    sft_loss,
+    token_entropy,
+    token_logprobs,
+)
+from userrl.batch import TensorBatch, collate, plan_micro_batches
+from userrl.config import UserRLConfig
+from userrl.trajectory import Trajectory
+
+_FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    for path in ("model.layers", "transformer.h", "gpt_neox.layers"):
+        node: Any = model
+        with contextlib.suppress(AttributeError):
+            for part in path.split("."):
+                node = getattr(node, part)
+            return list(node)
+    raise ValueError(f"cannot find the decoder layers of {type(model).__name__} to shard")
+
+
+def load_sharded_model(path: str, device: torch.device, bf16: bool, trainable: bool = True) -> torch.nn.Module:
+    """Load a causal LM and shard it with FSDP2: each decoder layer, then the root."""
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device)
+    model.config.use_cache = False
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if (
+        bf16 and device.type == "cuda") else MixedPrecisionPolicy()
+    for layer in _decoder_layers(model):
+        fully_shard(layer, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
+    model.train(trainable)
+    if not trainable:
+        model.requires_grad_(False)
+    return model
+
+
+class Learner:
+    """One rank of the learner group."""
+
+    def __init__(self, model_path: str, config: UserRLConfig, pad_token_id: int):
+        if not dist.is_initialized():
+            raise RuntimeError("Learner needs torch.distributed; run it in a Ray Train worker or init a group")
+        self.config = config
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        self.device = torch.device("cuda", torch.cuda.current_device()) if config.learners.use_gpu else torch.device("cpu")
+        self.bf16 = config.learners.precision == "bfloat16"
+        self.pad_token_id = pad_token_id
+        self.model = load_sharded_model(model_path, self.device, self.bf16)
+        if config.learners.gradient_checkpointing:
+            self.model.gradient_checkpointing_enable()
+        self.reference = load_sharded_model(model_path, self.device, self.bf16, trainable=False) if (
+            config.training.use_kl_loss) else None
+        self.optimizer = self.make_optimizer(config.training.lr)
+        tc = config.training
+        self.grpo = GRPOConfig(trajectory_score=tc.trajectory_score, turn_credit=tc.turn_credit, gamma=tc.gamma,
+                               norm_adv_by_std=tc.norm_adv_by_std, eps=tc.eps, mean_score_round=tc.mean_score_round)
+
+    def make_optimizer(self, lr: float) -> torch.optim.Optimizer:
+        """A fresh AdamW over this rank's shards."""
+        tc = self.config.training
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=tuple(tc.betas),
+                                           weight_decay=tc.weight_decay)
+        return self.optimizer
+
+    # ---------------------------------------------------------------- forward
+
+    def _autocast(self):
+        if self.bf16 and self.device.type == "cpu":
+            return torch.autocast("cpu", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _forward(self, model: torch.nn.Module, batch: TensorBatch, need_entropy: bool = False):
+        """Per-token logprobs of input_ids[:, 1:] (and entropies), aligned to positions 1..L-1."""
+        ids = batch.input_ids.to(self.device)
+        with self._autocast():
+            logits = model(input_ids=ids, attention_mask=batch.attention_mask.to(self.device)).logits
+        logits = logits[:, :-1].float()
+        logp = token_logprobs(logits, ids[:, 1:])
+        entropy = token_entropy(logits) if need_entropy else None
+        return logp, entropy
+
+    def _micro(self, trajectories: list[Trajectory], indices: list[int]) -> TensorBatch:
+        if not indices:  # an empty micro-batch keeps this rank in step with the FSDP collectives
+            dummy = Trajectory(uid="pad", group_id="pad", env_name="", item_key="",
+                               input_ids=[self.pad_token_id] * 2, role_ids=[-1, -1], loss_mask=[0, 0],
+                               turn_ids=[-1, -1], sampler_logprobs=[0.0, 0.0])
+            return collate([dummy], self.pad_token_id)
+        return collate([trajectories[i] for i in indices], self.pad_token_id)
+
+    # ---------------------------------------------------------------- updates
+
+    def compute_advantages(self, trajectories: list[Trajectory]) -> tuple[list[torch.Tensor], dict[str, float]]:
+        """GRPO-multiturn advantages per trajectory (computed identically on every rank)."""
+        batch = collate(trajectories, self.pad_token_id)
+        advantages, stats = grpo_multiturn_advantages(
+            [t.turn_rewards for t in trajectories], [t.group_id for t in trajectories],
+            batch.loss_mask, batch.turn_ids, self.grpo)
+        return [advantages[i, : len(t.input_ids)] for i, t in enumerate(trajectories)], stats
+
+    def update(self, trajectories: list[Trajectory], advantages: list[torch.Tensor] | None = None) -> dict[str, float]:
+        """One GRPO update (advantages given) or one SFT pass (advantages None) over the batch."""
+        tc = self.config.training
+        sft = advantages is None
+        size = len(trajectories) if sft or tc.mini_batch_size is None else tc.mini_batch_size
+        minis = [list(range(i, min(i + size, len(trajectories)))) for i in range(0, len(trajectories), size)]
+        epochs = 1 if sft else tc.ppo_epochs
+        on_policy = len(minis) == 1 and epochs == 1
+        old = None if sft or on_policy else self._old_logprobs(trajectories, minis)
+        totals: dict[str, float] = {}
+        for _ in range(epochs):
+            for mini in minis:
+                metrics = self._step([trajectories[i] for i in mini],
+                                     None if sft else [advantages[i] for i in mini],
+                                     None if old is None else [old[i] for i in mini])
+                for key, value in metrics.items():
+                    totals[key] = totals.get(key, 0.0) + value / (len(minis) * epochs)
+        return totals
+
+    @torch.no_grad()
+    def _old_logprobs(self, trajectories: list[Trajectory], minis: list[list[int]]) -> dict[int, torch.Tensor]:
+        """Log-probabilities of the policy before the update, for the PPO ratio."""
+        old: dict[int, torch.Tensor] = {}
+        lengths = [len(t.input_ids) for t in trajectories]
+        for mini in minis:
+            plan = plan_micro_batches(len(mini), [lengths[i] for i in mini], self.world_size,
+                                      self.config.training.micro_batch_tokens)[self.rank]
+            for micro in plan:
+                logp, _ = self._forward(self.model, self._micro(trajectories, [mini[i] for i in micro]))
+                for row, i in enumerate(micro):
+                    old[mini[i]] = logp[row, : lengths[mini[i]] - 1].cpu()
+        return old
+
+    def _step(self, trajectories: list[Trajectory], advantages: list[torch.Tensor] | None,
+              old: list[torch.Tensor] | None) -> dict[str, float]:
+        tc = self.config.training
+        lengths = [len(t.input_ids) for t in trajectories]
+        plan = plan_micro_batches(len(trajectories), lengths, self.world_size, tc.micro_batch_tokens)[self.rank]
+        sums = torch.zeros(6, dtype=torch.float64)  # loss, clipfrac, approx_kl, entropy, gap, micro count
+        tokens = 0.0
+        for micro in plan:
+            batch = self._micro(trajectories, micro)
+            mask = batch.loss_mask[:, 1:].to(self.device)
+            need_entropy = advantages is not None and tc.entropy_coeff > 0
+            logp, entropy = self._forward(self.model, batch, need_entropy)
+            if advantages is None:
+                loss = sft_loss(logp, mask, tc.loss_agg_mode)
+                stats: dict[str, torch.Tensor] = {}
+            else:
+                adv = torch.zeros_like(logp)
+                old_logp = logp.detach().clone()
+                for row, i in enumerate(micro):
+                    adv[row, : lengths[i] - 1] = advantages[i][1:].to(self.device)
+                    if old is not None:
+                        old_logp[row, : lengths[i] - 1] = old[i].to(self.device)
+                loss, stats = policy_loss(logp, old_logp, adv, mask, tc.clip_ratio_low, tc.clip_ratio_high,
+                                          tc.clip_ratio_c, tc.loss_agg_mode)
+                if self.reference is not None:
+                    with torch.no_grad():
+                        ref_logp, _ = self._forward(self.reference, batch)
+                    loss = loss + tc.kl_loss_coef * aggregate(kl_penalty(logp, ref_logp, tc.kl_loss_type),
+                                                              mask, tc.loss_agg_mode)
+                if entropy is not None:
+                    loss = loss - tc.entropy_coeff * aggregate(entropy, mask, tc.loss_agg_mode)
+            (loss / len(plan)).backward()
+            n = float(mask.sum())
+            tokens += n
+            gap = ((batch.sampler_logprobs[:, 1:].to(self.device) - logp.detach()).abs() * mask).sum() / max(n, 1)
+            sums += torch.tensor([float(loss.detach()), float(stats.get("pg_clipfrac", 0.0)),
+                                  float(stats.get("approx_kl", 0.0)),
+                                  0.0 if entropy is None else float((entropy.detach() * mask).sum() / max(n, 1)),
+                                  float(gap), 1.0 if micro else 0.0], dtype=torch.float64)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.grad_clip)
+        if hasattr(grad_norm, "full_tensor"):
+            grad_norm = grad_norm.full_tensor()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        summed = torch.cat([sums, torch.tensor([tokens], dtype=torch.float64)])
+        dist.all_reduce(summed)
+        count = max(float(summed[5]), 1.0)
+        return {"loss": float(summed[0]) / count, "pg_clipfrac": float(summed[1]) / count,
+                "approx_kl": float(summed[2]) / count, "entropy": float(summed[3]) / count,
+                "sampler_logprob_gap": float(summed[4]) / count, "trained_tokens": float(summed[6]),
+                "grad_norm": float(grad_norm)}
+
+    # ---------------------------------------------------------------- state
+
+    def full_state_dict(self) -> dict[str, torch.Tensor] | None:
+        """Gather the full (unsharded) weights on rank 0; every rank must call this."""
+        state = get_model_state_dict(self.model, options=_FULL)
+        return state if self.rank == 0 else None
+
+    def save_checkpoint(self, path: Path, meta: dict[str, Any], tokenizer: Any) -> None:
+        """Write model (HF folder), optimizer, RNG states and metadata atomically (collective)."""
+        model_state = get_model_state_dict(self.model, options=_FULL)
+        optim_state = get_optimizer_state_dict(self.model, self.optimizer, options=_FULL)
+        if self.rank == 0:
+            path = Path(path)
+            staging = path.with_name(path.name + ".tmp")
+            if staging.exists():
+                shutil.rmtree(staging)
+            staging.mkdir(parents=True)
+            unwrapped = AutoModelForCausalLM.from_config(self.model.config)
+            unwrapped.load_state_dict(model_state, strict=False)
+            unwrapped.tie_weights()
+            unwrapped.save_pretrained(staging / "model")
+            tokenizer.save_pretrained(staging / "model")
+            torch.save(optim_state, staging / "optimizer.pt")
+            torch.save({"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
+                        "python": random.getstate()}, staging / "rng.pt")
+            (staging / "meta.json").write_text(json.dumps(meta, indent=2))
+            if path.exists():
+                shutil.rmtree(path)
+            os.replace(staging, path)
+        dist.barrier()
+
+    def load_optimizer(self, path: Path) -> None:
+        """Restore optimizer and RNG states from a checkpoint folder (every rank reads the full state)."""
+        optim_state = torch.load(Path(path) / "optimizer.pt", weights_only=False)
+        set_optimizer_state_dict(self.model, self.optimizer, optim_state_dict=optim_state, options=_FULL)
+        rng = torch.load(Path(path) / "rng.pt", weights_only=False)
+        torch.set_rng_state(rng["torch"])
+        np.random.set_state(rng["numpy"])
+        random.setstate(rng["python"])

@@ -1,0 +1,53 @@
+"""MLflow tracking of a training run: params, per-iteration metrics, config and sample trajectories."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param
+
+from userrl.config import UserRLConfig
+from userrl.trajectory import Trajectory, write_parquet
+
+
+class MLflowTracker:
+    """One MLflow run per training run, written from the driver."""
+
+    def __init__(self, config: UserRLConfig, run_name: str | None = None):
+        self.uri = config.mlflow_uri()
+        if self.uri.startswith("sqlite:///"):
+            Path(self.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        self.client = MlflowClient(tracking_uri=self.uri)
+        experiment = self.client.get_experiment_by_name(config.tracking.experiment)
+        experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(
+            config.tracking.experiment)
+        self.run_id = self.client.create_run(experiment_id, run_name=run_name or config.experiment.name).info.run_id
+        self.artifacts = config.run_dir / "artifacts"
+        params = {k: str(v)[:500] for k, v in config.flat().items()}
+        items = list(params.items())
+        for i in range(0, len(items), 90):  # MLflow accepts at most 100 params per batch
+            self.client.log_batch(self.run_id, params=[Param(k, v) for k, v in items[i:i + 90]])
+        self.client.log_text(self.run_id, yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False),
+                             "config.yaml")
+
+    def log_result(self, result: dict[str, Any], step: int) -> None:
+        """Numeric entries become metrics at `step`; samples become a parquet artifact."""
+        now = int(time.time() * 1000)
+        metrics = [Metric(key.replace("/", "."), float(value), now, step) for key, value in result.items()
+                   if isinstance(value, int | float) and not isinstance(value, bool)]
+        for i in range(0, len(metrics), 900):
+            self.client.log_batch(self.run_id, metrics=metrics[i:i + 900])
+        samples: list[Trajectory] = result.get("samples") or []
+        if samples:
+            path = write_parquet(samples, self.artifacts / f"samples_iter_{step:06d}.parquet")
+            self.client.log_artifact(self.run_id, str(path), "trajectories")
+        if result.get("checkpoint"):
+            self.client.set_tag(self.run_id, "checkpoint", result["checkpoint"])
+
+    def finish(self, status: str = "FINISHED") -> None:
+        """Close the run (FINISHED, FAILED or KILLED)."""
+        self.client.set_terminated(self.run_id, status=status)

@@ -1,0 +1,146 @@
+"""The RL loop, run SPMD inside Ray Train's worker group (`train_loop_per_worker`).
+
+Rank 0 drives the rollout through the env-runner and replica actors and shares the batch with every
+rank; every rank updates its FSDP2 shard; rank 0 pushes the new weights to the replicas.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import ray
+import ray.train
+import torch.distributed as dist
+from transformers import AutoTokenizer
+
+from userrl.chat import ChatFormat
+from userrl.config import UserRLConfig
+from userrl.coordinator import RolloutCoordinator
+from userrl.learner import Learner
+from userrl.sft import file_demonstrations, solver_demonstrations
+from userrl.trajectory import Trajectory
+
+
+def _share(obj: Any) -> Any:
+    """Broadcast a picklable object from rank 0 to every rank."""
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def checkpoint_path(config: UserRLConfig, iteration: int) -> Path:
+    """Folder of the checkpoint written after `iteration` iterations."""
+    return (config.run_dir / "checkpoints" / f"iter_{iteration:06d}").resolve()
+
+
+class _Reporter:
+    """Sends results to the driver (a Ray queue) and to Ray Train (a barrier: every rank calls it)."""
+
+    def __init__(self, queue: Any, rank: int):
+        self.queue, self.rank = queue, rank
+
+    def __call__(self, result: dict[str, Any]) -> None:
+        if self.rank == 0 and self.queue is not None:
+            self.queue.put(result)
+        ray.train.report({k: v for k, v in result.items() if isinstance(v, int | float)})
+
+
+def _sft_phase(config: UserRLConfig, learner: Learner, coordinator: RolloutCoordinator | None,
+               chat: ChatFormat, report: _Reporter) -> None:
+    """Cross-entropy on demonstrations (assistant tokens only), then a fresh optimizer for RL."""
+    sft = config.sft
+    demos: list[Trajectory] | None = None
+    if learner.rank == 0:
+        if sft.source == "file":
+            demos = file_demonstrations(sft.path, chat)
+        else:
+            tasks = [t for gym_tasks in coordinator.train_tasks.tasks for t in gym_tasks]
+            demos = solver_demonstrations(tasks, chat, sft.episodes, seed=config.experiment.seed,
+                                          max_turns=config.env.max_turns)
+    demos = _share(demos)
+    learner.make_optimizer(sft.lr)
+    step = 0
+    for epoch in range(sft.epochs):
+        for start in range(0, len(demos), sft.batch_size):
+            begin = time.perf_counter()
+            metrics = learner.update(demos[start:start + sft.batch_size])
+            step += 1
+            report({"phase": "sft", "sft/epoch": epoch, "sft/step": step, "sft/loss": metrics["loss"],
+                    "sft/tokens": metrics["trained_tokens"], "time/sft_step_s": time.perf_counter() - begin})
+    learner.make_optimizer(config.training.lr)
+
+
+def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
+    """Entry point of every learner rank."""
+    config = UserRLConfig.model_validate(loop_config["config"])
+    model_path = loop_config["model_path"]
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    learner = Learner(model_path, config, tokenizer.pad_token_id)
+    rank0 = learner.rank == 0
+    report = _Reporter(loop_config.get("results"), learner.rank)
+    coordinator = RolloutCoordinator(config, loop_config["runners"], loop_config["replicas"]) if rank0 else None
+    chat = ChatFormat(tokenizer, config.env.protocol)
+
+    start, version, sync_needed = 0, 0, False
+    resume = config.checkpointing.resume_from
+    if resume:
+        learner.load_optimizer(Path(resume))
+        meta = json.loads((Path(resume) / "meta.json").read_text())
+        start, version, sync_needed = meta["iteration"], meta["policy_version"], True
+    elif config.sft.enabled:
+        _sft_phase(config, learner, coordinator, chat, report)
+        version, sync_needed = 1, True
+    if sync_needed:
+        state = learner.full_state_dict()
+        if rank0:
+            coordinator.sync_weights(state, version)
+
+    for iteration in range(start, config.training.iterations):
+        began = time.perf_counter()
+        trajectories, result = coordinator.rollout(iteration) if rank0 else (None, None)
+        trajectories, result = _share((trajectories, result))
+        aborted = [t for t in trajectories if t.aborted]
+        if config.training.drop_aborted:
+            trajectories = [t for t in trajectories if not t.aborted]
+        result["rollout/aborted"] = float(len(aborted))
+
+        tick = time.perf_counter()
+        advantages, group_stats = learner.compute_advantages(trajectories)
+        result["time/advantages_s"] = time.perf_counter() - tick
+        result.update({f"groups/{k}": v for k, v in group_stats.items()})
+
+        tick = time.perf_counter()
+        result.update({f"learner/{k}": v for k, v in learner.update(trajectories, advantages).items()})
+        result["time/update_s"] = time.perf_counter() - tick
+        result["learner/tokens_per_s"] = result["learner/trained_tokens"] / max(result["time/update_s"], 1e-9)
+
+        tick = time.perf_counter()
+        state = learner.full_state_dict()
+        version += 1
+        if rank0:
+            coordinator.sync_weights(state, version)
+        result["time/weight_sync_s"] = time.perf_counter() - tick
+        del state
+
+        done = iteration + 1
+        every = config.checkpointing.every
+        if every and (done % every == 0 or done == config.training.iterations):
+            path = checkpoint_path(config, done)
+            learner.save_checkpoint(path, {"iteration": done, "policy_version": version,
+                                           "config": config.model_dump(mode="json")}, tokenizer)
+            result["checkpoint"] = str(path)
+
+        interval = config.evaluation.interval
+        if interval and done % interval == 0 and rank0:
+            ev = config.evaluation
+            _, eval_metrics = coordinator.evaluate(ev.num_tasks, ev.split, ev.temperature)
+            result.update(eval_metrics)
+
+        result.update({"phase": "rl", "iteration": done, "policy_version": version,
+                       "time/iteration_s": time.perf_counter() - began})
+        if rank0:
+            result["samples"] = trajectories[: config.tracking.sample_trajectories]
+        report(result)
