@@ -92,7 +92,8 @@ class CorpusIndex:
         if not self.documents:
             raise ValueError("a search index needs at least one document")
         self.by_title = {d.title: d for d in self.documents}
-        self._bm25 = bm25s.BM25()
+        # Lucene BM25 with the usual k1/b, spelled out so that a bm25s default change cannot move results.
+        self._bm25 = bm25s.BM25(k1=1.5, b=0.75, method="lucene", backend="numpy")
         # The title is indexed with the text: queries usually name the entity a document is about.
         self._bm25.index([index_tokens(f"{d.title} {d.text}") for d in self.documents], show_progress=False)
         self._vocab = self._bm25.vocab_dict

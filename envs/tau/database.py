@@ -295,7 +295,11 @@ class EpisodeDB:
                 continue
             keys = self.base.sorted_keys(name)
             if not keys:
-                raise NotImplementedError("inserting into an empty table is not supported")
+                raise NotImplementedError(f"inserting into the empty table {name!r} is not supported")
+            if len(keys) == 1:
+                # A 1-tuple is written "(x,)": once it grows, its trailing comma goes.
+                end = self.base.record_span(name, keys[0])[1]
+                edits.append((end, end + 1, b""))
             for key in sorted(added):
                 piece = _record_pair_bytes(key, changed[key])
                 index = bisect.bisect_left(keys, key)

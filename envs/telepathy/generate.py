@@ -32,7 +32,9 @@ def read_facts(path: Path = FACTS_PATH) -> list[dict[str, Any]]:
         raise ValueError(f"{path}: expected an object with an 'entities' list")
     out, ids, titles = [], set(), set()
     for raw in doc["entities"]:
-        if not isinstance(raw, dict) or not all(isinstance(raw.get(k), str) for k in ("id", "title", "category")):
+        if not isinstance(raw, dict) or not all(
+            isinstance(raw.get(k), str) for k in ("id", "title", "category")
+        ):
             raise ValueError(f"{path}: every entity needs string id, title and category: {raw!r:.200}")
         where = f"{path}: entity {raw['id']!r}"
         if raw["id"] in ids or raw["title"].casefold() in titles:
@@ -42,7 +44,9 @@ def read_facts(path: Path = FACTS_PATH) -> list[dict[str, Any]]:
         ids.add(raw["id"])
         titles.add(raw["title"].casefold())
         attributes = facts.validate_attributes(raw.get("attributes"), where)
-        out.append({"id": raw["id"], "title": raw["title"], "category": raw["category"], "attributes": attributes})
+        out.append(
+            {"id": raw["id"], "title": raw["title"], "category": raw["category"], "attributes": attributes}
+        )
     return out
 
 

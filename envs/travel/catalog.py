@@ -73,7 +73,18 @@ AIRLINES: dict[str, str] = {
 FLIGHT_AMENITIES = ("wifi", "meal", "checked bag", "power outlet", "entertainment", "snacks")
 FLIGHT_SERVICES = {"extra legroom": 45, "priority boarding": 20, "seat selection": 15, "lounge access": 55}
 
-HOTEL_WORDS_A = ("Grand", "Harbor", "Royal", "Golden", "Park", "City", "Riverside", "Summit", "Garden", "Central")
+HOTEL_WORDS_A = (
+    "Grand",
+    "Harbor",
+    "Royal",
+    "Golden",
+    "Park",
+    "City",
+    "Riverside",
+    "Summit",
+    "Garden",
+    "Central",
+)
 HOTEL_WORDS_B = ("Plaza", "Palace", "Inn", "Tower", "Lodge", "House", "Court", "View", "Gate", "Square")
 ROOM_TYPES: dict[str, int] = {
     "Single Room": 1,
@@ -87,7 +98,18 @@ ROOM_TYPES: dict[str, int] = {
 HOTEL_AMENITIES = ("free wifi", "pool", "fitness center", "breakfast", "parking", "spa", "bar")
 HOTEL_SERVICES = {"airport shuttle": 25, "laundry": 15, "late checkout": 30, "room service": 12}
 
-APARTMENT_WORDS_A = ("Sunny", "Quiet", "Modern", "Cozy", "Bright", "Old Town", "Skyline", "Canal", "Garden", "Loft")
+APARTMENT_WORDS_A = (
+    "Sunny",
+    "Quiet",
+    "Modern",
+    "Cozy",
+    "Bright",
+    "Old Town",
+    "Skyline",
+    "Canal",
+    "Garden",
+    "Loft",
+)
 APARTMENT_WORDS_B = ("Apartment", "Residence", "Studios", "Home", "Retreat", "Suites")
 APARTMENT_AMENITIES = ("wifi", "kitchen", "washing machine", "balcony", "air conditioning", "parking")
 APARTMENT_SERVICES = {"early check-in": 20, "cleaning": 35, "airport pickup": 45, "late checkout": 20}
@@ -112,7 +134,16 @@ CAR_MODELS: tuple[tuple[str, str, tuple[str, ...], int, int], ...] = (
 )
 CAR_SERVICES = {"child seat": 10, "GPS navigation": 8, "additional driver": 12, "roadside assistance": 9}
 
-RESTAURANT_WORDS_A = ("The Golden", "The Blue", "Little", "The Olive", "Casa", "The Copper", "Maison", "The Silver")
+RESTAURANT_WORDS_A = (
+    "The Golden",
+    "The Blue",
+    "Little",
+    "The Olive",
+    "Casa",
+    "The Copper",
+    "Maison",
+    "The Silver",
+)
 RESTAURANT_WORDS_B = ("Spoon", "Table", "Garden", "Kitchen", "Lantern", "Fork", "Bistro", "Oven", "Terrace")
 CUISINES = (
     "Italian", "Japanese", "Mexican", "French", "Indian", "Thai",
@@ -252,7 +283,13 @@ def sample_restaurant(rnd: random.Random, trip: Trip) -> Option:
     rating = round(rnd.uniform(5.0, 9.8), 1)
     total = rnd.randint(20, 2500)
     top = (rating - 5.0) / 4.8
-    weights = [0.05 + 0.6 * top, 0.25, 0.3 * (1 - top) + 0.05, 0.1 * (1 - top) + 0.02, 0.08 * (1 - top) + 0.01]
+    weights = [
+        0.05 + 0.6 * top,
+        0.25,
+        0.3 * (1 - top) + 0.05,
+        0.1 * (1 - top) + 0.02,
+        0.08 * (1 - top) + 0.01,
+    ]
     norm = sum(weights)
     counts = [int(total * w / norm) for w in weights]
     return {
@@ -637,7 +674,9 @@ def _restaurant_templates() -> dict[str, Template]:
             _has("tags", "wheelchair accessible"),
         )  # fmt: skip
 
-    return {f.__name__: f for f in (cuisine, rating, vegetarian, outdoor, quiet, reviews, reservations, access)}
+    return {
+        f.__name__: f for f in (cuisine, rating, vegetarian, outdoor, quiet, reviews, reservations, access)
+    }
 
 
 TEMPLATES: dict[str, dict[str, Template]] = {

@@ -20,7 +20,6 @@ from userrl.envs.travel.schema import (
     OPTION_ID_ANYWHERE_RE,
     OPTION_ID_RE,
     Preference,
-    Scenario,
     display_option,
     parse_scenario,
 )
@@ -46,9 +45,7 @@ ASPECT_ALREADY_CHOSEN = (
 CHOICE_BEST = "{id} is the best option for this aspect."
 CHOICE_CORRECT = "{id} satisfies the preferences but is not the best option."
 CHOICE_WRONG = "{id} does not satisfy the preferences."
-CHOICE_RECORDED = (
-    " Your choice is recorded; do not recommend another option for this aspect. Continue with the other aspects."
-)
+CHOICE_RECORDED = " Your choice is recorded; do not recommend another option for this aspect. Continue with the other aspects."
 INVALID_ACTION = "Invalid action. Allowed choices: search, action, answer."
 #: The reply to [finish] (the spec gives none): the elicitation count, as the original reported it.
 EPISODE_FINISHED = "Episode finished. You elicited {elicited} of {total} preferences."
@@ -94,7 +91,9 @@ def _count(value: Any, name: str, *, allow_none: bool = False, minimum: int = 0)
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}{' or None' if allow_none else ''}, got {value!r}")
+        raise ValueError(
+            f"{name} must be an integer >= {minimum}{' or None' if allow_none else ''}, got {value!r}"
+        )
     return int(value)
 
 
@@ -130,7 +129,9 @@ class TravelEnv(MultiTurnEnv):
             preset["search_correct_reward"] if search_correct_reward is None else search_correct_reward
         )
         self.preference_correct_reward = float(
-            preset["preference_correct_reward"] if preference_correct_reward is None else preference_correct_reward
+            preset["preference_correct_reward"]
+            if preference_correct_reward is None
+            else preference_correct_reward
         )
         self.choice_best_reward = float(choice_best_reward)
         self.choice_correct_reward = float(choice_correct_reward)
@@ -386,7 +387,11 @@ class TravelEnv(MultiTurnEnv):
     async def _reveal(self, role: str, utterance: str, pref: Preference) -> str:
         if self.role_backends[role] == "scripted":
             return pref.implicit if role == roles.PREFERENCE_REVEAL else roles.scripted_proactive_reply(pref)
-        system = roles.PREFERENCE_REVEAL_SYSTEM if role == roles.PREFERENCE_REVEAL else roles.PROACTIVE_REVEAL_SYSTEM
+        system = (
+            roles.PREFERENCE_REVEAL_SYSTEM
+            if role == roles.PREFERENCE_REVEAL
+            else roles.PROACTIVE_REVEAL_SYSTEM
+        )
         user = roles.reveal_user(self.scenario, self.history, utterance, pref)
         return await self._reply_call(role, system, user)
 
@@ -430,7 +435,9 @@ class TravelEnv(MultiTurnEnv):
         self.available_prefs = [p for p in self.available_prefs if p.dimension != aspect]
         text = feedback.format(id=option_id) + CHOICE_RECORDED
         # One id per step: the base reward of an answer stays within [0, 1] (the original could exceed 1).
-        return self._answer_result(content, f"answer: {option_id} ({verdict})", text, min(1.0, max(0.0, base)))
+        return self._answer_result(
+            content, f"answer: {option_id} ({verdict})", text, min(1.0, max(0.0, base))
+        )
 
     def _answer_result(self, content: str, note: str, feedback: str, base: float) -> tuple[str, float]:
         self._log("agent", content, note)

@@ -25,7 +25,16 @@ from userrl.envs.travel.solver import QUESTION_TEMPLATES, preference_question, s
 from userrl.envs.travel.tasks import BUILTIN_SCENARIO_FILE, BUILTIN_SPLITS_PATH, DATA_DIR, SUBSETS
 
 GENERATOR_SEED = 20250612
-COUNTS: dict[str, int] = {"22": 40, "33": 35, "44": 30, "233": 30, "333": 30, "334": 25, "444": 25, "2222": 25}
+COUNTS: dict[str, int] = {
+    "22": 40,
+    "33": 35,
+    "44": 30,
+    "233": 30,
+    "333": 30,
+    "334": 25,
+    "444": 25,
+    "2222": 25,
+}
 TEST_FRACTION = 0.2
 #: Options per aspect before the env's truncation (10 wrong and 5 noise are shown).
 CORRECT_RANGE = (2, 4)
@@ -99,12 +108,21 @@ def make_trip(rnd: random.Random, aspects: list[str]) -> Trip:
     stay = {"city": destination, "check_in": arrive, "check_out": leave, "guests": travelers}
     pickup = start + rnd.choice([0, 0, 1])
     meal_day = f"{month} {ordinal(start + rnd.randint(1, nights - 1))}"
-    table = {"city": destination, "date": meal_day, "meal": rnd.choice(["lunch", "dinner"]), "party_size": travelers}
+    table = {
+        "city": destination,
+        "date": meal_day,
+        "meal": rnd.choice(["lunch", "dinner"]),
+        "party_size": travelers,
+    }
     every = {
         "flight": {"origin": origin, "destination": destination, "date": arrive, "passengers": travelers},
         "hotel": stay,
         "apartment": dict(stay),
-        "rental_car": {"city": destination, "pickup_date": f"{month} {ordinal(pickup)}", "return_date": leave},
+        "rental_car": {
+            "city": destination,
+            "pickup_date": f"{month} {ordinal(pickup)}",
+            "return_date": leave,
+        },
         "restaurant": table,
     }
     trip.arguments = {a: every[a] for a in aspects}
@@ -320,7 +338,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         stale = [n for n, t in texts.items() if not (args.output_dir / n).is_file()
                  or (args.output_dir / n).read_text(encoding="utf-8") != t]  # fmt: skip
-        print(f"{args.output_dir}: {'up to date' if not stale else 'differs from a fresh run: ' + ', '.join(stale)}")
+        print(
+            f"{args.output_dir}: {'up to date' if not stale else 'differs from a fresh run: ' + ', '.join(stale)}"
+        )
         return 1 if stale else 0
     args.output_dir.mkdir(parents=True, exist_ok=True)
     for name, text in texts.items():

@@ -259,8 +259,8 @@ SEARCH_KEYWORDS: dict[str, tuple[str, ...]] = {
 }
 #: Attribute words that make a question concrete (type 3 when it matches no available preference).
 ATTRIBUTE_WORDS = frozenset(
-    "price cost budget rating review layover stop airline seat cuisine amenity insurance brand room bed "
-    "time location parking breakfast wifi".split()
+    ("price", "cost", "budget", "rating", "review", "layover", "stop", "airline", "seat", "cuisine")
+    + ("amenity", "insurance", "brand", "room", "bed", "time", "location", "parking", "breakfast", "wifi")
 )
 #: Words of a vague ask about preferences (type 4).
 VAGUE_WORDS = frozenset({"prefer", "preference", "requirement", "anything"})

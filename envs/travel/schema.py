@@ -38,9 +38,7 @@ FIELD_DESCRIPTIONS: dict[str, str] = {
     "rental_car": (
         "brand, model, categories, seats, cost (whole period), insurance (options with costs), service"
     ),
-    "restaurant": (
-        "name, cuisine, expectation (price level), rating (0-10), reviews (count per star), tags"
-    ),
+    "restaurant": ("name, cuisine, expectation (price level), rating (0-10), reviews (count per star), tags"),
 }
 
 #: Option fields removed before display (they give the answer away).
@@ -139,7 +137,9 @@ def _parse_aspect(name: str, raw: Any, where: str) -> tuple[AspectData, list[lis
     """Validate one aspect object; also return its raw preference entries."""
     where = f"{where}, aspect {name!r}"
     if not isinstance(raw, Mapping):
-        raise ValueError(f"{where}: must be an object with preferences, options, arguments, correct_ids, best_id")
+        raise ValueError(
+            f"{where}: must be an object with preferences, options, arguments, correct_ids, best_id"
+        )
     prefs = raw.get("preferences")
     if not isinstance(prefs, list):
         raise ValueError(f"{where}: 'preferences' must be a list")

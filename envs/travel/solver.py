@@ -40,7 +40,9 @@ def search_request(aspect: str, arguments: Mapping[str, Any]) -> str:
 
 def preference_question(pref: Preference, template: int = 0) -> str:
     """A concrete question about one preference's subcategory (QUESTION_TEMPLATES[template])."""
-    return QUESTION_TEMPLATES[template].format(aspect=aspect_words(pref.dimension), subcategory=pref.subcategory)
+    return QUESTION_TEMPLATES[template].format(
+        aspect=aspect_words(pref.dimension), subcategory=pref.subcategory
+    )
 
 
 def _allocate(counts: list[int], budget: int) -> list[int]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +104,7 @@ def _read_json(path: Path) -> Any:
         raise ValueError(f"{path}: not valid JSON ({exc})") from exc
 
 
-@lru_cache(maxsize=None)
+@cache
 def _scenario_file(path: str, mtime_ns: int, size: int) -> dict[str, dict[str, Any]]:
     # Keyed by modification time too, so a rewritten file is read again; otherwise once per process.
     doc = _read_json(Path(path))
@@ -127,9 +127,16 @@ def read_scenario_file(path: str | Path) -> dict[str, dict[str, Any]]:
     return _scenario_file(str(path), stat.st_mtime_ns, stat.st_size)
 
 
-def _task(scenario_id: str, raw: dict[str, Any], prompt: list[dict[str, str]], split: str, source: str) -> Task:
+def _task(
+    scenario_id: str, raw: dict[str, Any], prompt: list[dict[str, str]], split: str, source: str
+) -> Task:
     scenario = parse_scenario(scenario_id, raw)
-    data = {"id": scenario_id, "subset": subset_of_id(scenario_id), "scenario": raw, "best_ids": scenario.best_ids}
+    data = {
+        "id": scenario_id,
+        "subset": subset_of_id(scenario_id),
+        "scenario": raw,
+        "best_ids": scenario.best_ids,
+    }
     return Task(GYM, scenario_id, prompt, data, split=split, source=source)
 
 
@@ -156,7 +163,9 @@ def load_builtin_tasks(
                 continue
             if subset_of_id(scenario_id) != name:
                 raise ValueError(f"{path}: scenario {scenario_id!r} does not belong to sub-set {name}")
-            tasks.append(_task(scenario_id, raw, builtin_prompt(raw["initial_description"]), split, "builtin"))
+            tasks.append(
+                _task(scenario_id, raw, builtin_prompt(raw["initial_description"]), split, "builtin")
+            )
     return tasks
 
 
@@ -181,7 +190,9 @@ def _row(row: dict[str, Any], index: int, path: Path, file_subset: str | None, s
         raise ValueError(f"{where}: scenario {scenario_id!r} is not of sub-set {file_subset}")
     best = best_ids_from_ground_truth(((row.get("reward_model") or {}).get("ground_truth")) or "")
     if sorted(b[0] for b in best) != sorted(ASPECT_LETTERS[a] for a, _ in parts):
-        raise ValueError(f"{where}: ground-truth ids {best} do not give one option per aspect of {scenario_id!r}")
+        raise ValueError(
+            f"{where}: ground-truth ids {best} do not give one option per aspect of {scenario_id!r}"
+        )
     prompt = tuple({"role": m["role"], "content": m["content"]} for m in row.get("prompt") or [])
     if [m["role"] for m in prompt] != ["system", "user"]:
         raise ValueError(f"{where}: prompt must be [system, user] messages")
@@ -235,7 +246,9 @@ def load_userrl_tasks(
     """Original parquet rows resolved against travelgym_data_<N>.json (TravelDataUnavailable when absent)."""
     rows = read_travel_rows(split, data_root, subset)
     scenario_dir = Path(data_root) / USERRL_SCENARIO_DIR
-    files = {s: scenario_dir / USERRL_SCENARIO_FILE.format(subset=s) for s in sorted({r.subset for r in rows})}
+    files = {
+        s: scenario_dir / USERRL_SCENARIO_FILE.format(subset=s) for s in sorted({r.subset for r in rows})
+    }
     missing = [p for p in files.values() if not p.is_file()]
     if missing:
         raise _unavailable(missing)

@@ -6,10 +6,11 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from userrl.envs.json_extract import as_float
 from userrl.envs.text import content_words
 
-ORACLE_ROLE = "turtle.oracle"
-GRADER_ROLE = "turtle.grader"
+ORACLE_ROLE = "turtle_oracle"
+GRADER_ROLE = "turtle_grader"
 
 ORACLE_SYSTEM_PROMPT = (
     "You host a lateral-thinking puzzle. You know its surface (the short, puzzling story the player sees) "
@@ -71,12 +72,7 @@ def validate_oracle_reply(obj: dict[str, Any]) -> str:
 
 def snap_score(value: Any) -> float:
     """A grader score (number or numeric string) clamped to [0, 1] and snapped to 0, 0.5 or 1."""
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise TypeError(f"a score must be a number, got {value!r}")
-    x = float(value.strip()) if isinstance(value, str) else float(value)
-    if math.isnan(x):
-        raise ValueError("a score must not be NaN")
-    x = min(1.0, max(0.0, x))
+    x = min(1.0, max(0.0, as_float(value)))
     # Ties (0.25, 0.75) go to the lower point: no credit the grader did not clearly give.
     return min(_SNAP_POINTS, key=lambda p: (abs(p - x), p))
 

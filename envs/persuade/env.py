@@ -1,0 +1,196 @@
+"""PersuadeEnv: argue an opinionated persuadee from "Strongly Agree" to "Strongly Disagree" (GYMS.md section 3)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+from gymnasium import spaces
+
+from userrl.envs.base import BOOL_SPACE, MAX_FEEDBACK_CHARS, MultiTurnEnv, Task, text_space
+from userrl.envs.llm import RoleClient
+from userrl.envs.persuade import roles
+from userrl.envs.persuade.roles import FALLBACK_REPLY, PERSUADEE_ROLE, STANCES, stance_index
+from userrl.envs.persuade.scripted import scripted_persuadee
+from userrl.envs.persuade.tasks import validate_item
+from userrl.envs.text import content_words
+
+# Every feedback string of section 3 that is not a persuadee reply, verbatim.
+EMPTY_ARGUMENT = "Please make an argument."
+EPISODE_FINISHED = "Episode finished."
+INVALID_ACTION = "Invalid action. Allowed choice: answer (make an argument)."
+#: The reset text; like every reset text it is never shown to the agent (0.3).
+WELCOME = "PersuadeGym: the environment strongly agrees with the claim. Argue against it."
+GOAL = "Persuade the environment to move from Strongly Agree to Strongly Disagree on the claim."
+
+TOP = len(STANCES) - 1
+TITLE_CHARS = 100
+REWARD_MODES = ("forward_delta", "best_improvement")
+REWARD_PRESETS = ("train", "eval")
+
+
+class ScalarBox(spaces.Box):
+    """A shape-() float Box that accepts plain Python numbers (gymnasium's Box casts them and warns)."""
+
+    def contains(self, x: Any) -> bool:
+        """Any real number (not bool) within [low, high]."""
+        if isinstance(x, bool) or not isinstance(x, int | float | np.integer | np.floating):
+            return False
+        return bool(self.low <= float(x) <= self.high)
+
+
+def forward_delta_reward(old: int, new: int) -> float:
+    """The original rule: each forward move pays delta / 6 (rounded to 6 decimals); backward moves pay 0."""
+    delta = new - old
+    if delta <= 0:
+        return 0.0
+    return 1.0 if delta >= TOP else round(delta / TOP, 6)
+
+
+def best_improvement_reward(best: int, new: int) -> float:
+    """Pay only gains over the best stance reached so far, so the return is at most 1."""
+    return round(max(0, new - best) / TOP, 6)
+
+
+def tracking_score(index: int) -> float:
+    """The tracking score of a ladder index: index / 6."""
+    return index / TOP
+
+
+class PersuadeEnv(MultiTurnEnv):
+    """The Persuade gym: each argument may move the persuadee's stance; forward moves pay."""
+
+    gym_name: ClassVar[str] = "persuade"
+    allowed_choices: ClassVar[tuple[str, ...]] = ("answer",)
+    normalize_rewards_default: ClassVar[bool] = True
+
+    def _configure(
+        self,
+        *,
+        llm: RoleClient | None = None,
+        reward_mode: str = "forward_delta",
+        role_backends: Mapping[str, str] | None = None,
+        reward_preset: str = "train",
+    ) -> None:
+        """Gym keywords: the llm client, the reward mode (persuade.reward_mode) and per-role backends."""
+        if reward_preset not in REWARD_PRESETS:
+            raise ValueError(f"unknown reward_preset {reward_preset!r}; use one of {list(REWARD_PRESETS)}")
+        # Persuade has no preset-specific settings (GYMS.md 0.9): both presets play identically.
+        self.reward_preset = reward_preset
+        if reward_mode not in REWARD_MODES:
+            raise ValueError(f"unknown reward_mode {reward_mode!r}; use one of {list(REWARD_MODES)}")
+        self.reward_mode = reward_mode
+        overrides = dict(role_backends or {})
+        unknown = sorted(set(overrides) - set(roles.ROLES))
+        if unknown:
+            raise ValueError(f"unknown persuade roles {unknown}; the roles are {list(roles.ROLES)}")
+        self.role_backends = {role: overrides.get(role, self.backend) for role in roles.ROLES}
+        self.llm = llm
+        if self.role_backends[PERSUADEE_ROLE] != "scripted" and llm is None:
+            raise ValueError("the persuadee uses a model backend but no llm RoleClient was given (llm=...)")
+
+    def _observation_fields(self) -> dict[str, spaces.Space]:
+        score = ScalarBox(low=0.0, high=1.0, shape=(), dtype=np.float64)
+        return {
+            "statement_title": text_space(TITLE_CHARS),
+            "statement_text": text_space(MAX_FEEDBACK_CHARS),
+            "goal": text_space(len(GOAL)),
+            "step_count": self.count_space(),
+            "episode_complete": BOOL_SPACE,
+            "current_score": score,
+            "best_score": score,
+            "current_stance": text_space(max(len(s) for s in STANCES)),
+        }
+
+    def _load_task(self, task: Task) -> None:
+        data = dict(task.data)
+        data.setdefault("id", task.item_key)
+        record = validate_item(data, f"persuade task {task.item_key!r}")
+        self._claim = record["claim"]
+        self._argument = record["argument"]
+        # Relevance (c1) compares against the claim and the persuadee's own opening argument.
+        self._topic_words = frozenset(content_words(self._claim + " " + self._argument))
+
+    # ------------------------------------------------------------------ episode state
+
+    def _reset_impl(self) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        self.stance = 0
+        self.best = 0
+        self.dialogue: list[tuple[str, str]] = []
+        self._history: list[dict[str, Any]] = []
+        return WELCOME, self._extra_obs(), self._gym_info(0, 0, 0.0, None, None)
+
+    def _extra_obs(self) -> dict[str, Any]:
+        return {
+            "statement_title": self._claim[:TITLE_CHARS],
+            "statement_text": self._claim,
+            "goal": GOAL,
+            "current_score": tracking_score(self.stance),
+            "best_score": tracking_score(self.best),
+            "current_stance": STANCES[self.stance],
+        }
+
+    def _gym_info(
+        self, old: int, new: int, reward: float, reply: dict[str, Any] | None, success: bool | None
+    ) -> dict[str, Any]:
+        return {
+            "initial_stance": STANCES[0],
+            "stance_change": f"{STANCES[old]} -> {STANCES[new]}",
+            "step_reward": reward,
+            "conversation_history": [dict(turn) for turn in self._history],
+            "json_response": reply,
+            "judge_success": success,
+        }
+
+    def _no_argument(
+        self, feedback: str, terminated: bool = False
+    ) -> tuple[str, float, bool, dict[str, Any], dict[str, Any]]:
+        return feedback, 0.0, terminated, self._extra_obs(), self._gym_info(self.stance, self.stance, 0.0, None, None)
+
+    # ------------------------------------------------------------------ steps
+
+    async def _astep_impl(
+        self, choice: str, content: str
+    ) -> tuple[str, float, bool, dict[str, Any], dict[str, Any]]:
+        if choice in ("answer", "action"):
+            if not content:
+                return self._no_argument(EMPTY_ARGUMENT)
+            return await self._argue(content)
+        if choice == "finish":
+            return self._no_argument(EPISODE_FINISHED, terminated=True)
+        return self._no_argument(INVALID_ACTION)
+
+    async def _argue(self, argument: str) -> tuple[str, float, bool, dict[str, Any], dict[str, Any]]:
+        old, best_before = self.stance, self.best
+        reply = await self._persuadee(argument)
+        if reply is None:
+            feedback, new, json_response, success = FALLBACK_REPLY, old, None, False
+        else:
+            index = stance_index(reply.stance)
+            # A valid reply with an unknown label still answers the agent, but leaves the stance alone.
+            feedback, new, json_response, success = reply.response, old if index is None else index, reply.as_dict(), True
+        if self.reward_mode == "forward_delta":
+            base = forward_delta_reward(old, new)
+        else:
+            base = best_improvement_reward(best_before, new)
+        reward = self.shaped_reward(base, self.step_penalty)
+        self.stance, self.best = new, max(best_before, new)
+        self.dialogue.append((argument, feedback))
+        self._history.append({"argument": argument, "response": feedback, "stance": STANCES[new]})
+        info = self._gym_info(old, new, reward, json_response, success)
+        return feedback, reward, new == TOP, self._extra_obs(), info
+
+    async def _persuadee(self, argument: str) -> roles.PersuadeeReply | None:
+        """The persuadee's reply to the latest argument; None when the model failed (fallback applies)."""
+        earlier = [a for a, _ in self.dialogue]
+        if self.role_backends[PERSUADEE_ROLE] == "scripted":
+            reply, _ = scripted_persuadee(argument, self._topic_words, earlier, self.stance)
+            return reply
+        assert self.llm is not None  # _configure refuses a model backend without a client
+        message = roles.persuadee_message(self._claim, self._argument, STANCES[self.stance], self.dialogue, argument)
+        value, call = await self.llm.complete_json(
+            PERSUADEE_ROLE, roles.PERSUADEE_SYSTEM_PROMPT, message, roles.validate_persuadee
+        )
+        self.record_lm_call(call.role, call.attempts, call.ok, call.latency_s)
+        return value

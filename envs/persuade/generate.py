@@ -1,0 +1,141 @@
+"""Canonicalise the hand-written builtin Persuade set; `python -m userrl.envs.persuade.generate` rewrites it.
+
+The claims, the persuadee's opening arguments and the solver's counterarguments are written by hand in
+data/claims.json. This module gives each item a stable id (12 upper-case characters from a hash of its
+claim, in the style of the original ids) and a seeded train/test split, checks the design rules the solver
+relies on, and writes the file back in canonical form. `--check` only verifies (exit status 1 when the file
+is not canonical).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import json
+import random
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from userrl.envs.persuade.scripted import score_argument
+from userrl.envs.persuade.tasks import BUILTIN_TASKS_PATH, read_json
+from userrl.envs.text import content_words
+
+SPLIT_SEED = 20250613
+TEST_FRACTION = 0.2
+ID_CHARS = 12
+MIN_COUNTERARGUMENTS = 3
+MIN_ARGUMENT_WORDS = 60
+
+
+def item_id(claim: str) -> str:
+    """The stable id of a claim: 12 base32 characters (A-Z, 2-7) of its SHA-256."""
+    digest = hashlib.sha256(claim.encode("utf-8")).digest()
+    return base64.b32encode(digest).decode("ascii")[:ID_CHARS]
+
+
+def design_problems(item: dict[str, Any]) -> list[str]:
+    """What makes an item unfit for the builtin set (empty when it is fine)."""
+    name = repr(item["claim"])
+    problems = []
+    if len(item["argument"].split()) < MIN_ARGUMENT_WORDS:
+        problems.append(f"{name}: the opening argument is shorter than {MIN_ARGUMENT_WORDS} words")
+    counter = item["counterarguments"]
+    if len(counter) < MIN_COUNTERARGUMENTS:
+        problems.append(f"{name}: needs at least {MIN_COUNTERARGUMENTS} counterarguments")
+    topic = content_words(item["claim"] + " " + item["argument"])
+    # Played in order, each counterargument must meet all five rubric criteria (two stance steps each).
+    for i, text in enumerate(counter):
+        rubric = score_argument(text, topic, counter[:i])
+        if rubric.met != 5:
+            unmet = [k for k in ("relevance", "evidence", "rebuttal", "substance", "novelty") if not getattr(rubric, k)]
+            problems.append(f"{name}: counterargument {i + 1} misses {unmet}")
+    return problems
+
+
+def _text(raw: dict[str, Any], key: str, where: str) -> str:
+    value = raw.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{where}: {key} must be a non-empty string")
+    return " ".join(value.split())
+
+
+def canonical_items(raw_items: Sequence[Any]) -> list[dict[str, Any]]:
+    """Items with ids and splits assigned, in input order; ValueError lists every design problem."""
+    items, problems, seen = [], [], set()
+    for n, raw in enumerate(raw_items):
+        where = f"item {n + 1}"
+        if not isinstance(raw, dict):
+            raise ValueError(f"{where}: expected an object")
+        counter = raw.get("counterarguments")
+        if not isinstance(counter, list):
+            raise ValueError(f"{where}: counterarguments must be a list of strings")
+        item = {
+            "claim": _text(raw, "claim", where),
+            "argument": _text(raw, "argument", where),
+            "counterarguments": [_text({"c": c}, "c", f"{where} counterargument") for c in counter],
+        }
+        item["id"] = item_id(item["claim"])
+        if item["claim"] in seen:
+            problems.append(f"{where}: duplicate claim {item['claim']!r}")
+        seen.add(item["claim"])
+        problems.extend(design_problems(item))
+        items.append(item)
+    if problems:
+        raise ValueError("the builtin persuade set breaks its design rules:\n  " + "\n  ".join(problems))
+    rnd = random.Random(SPLIT_SEED)
+    ids = sorted(item["id"] for item in items)
+    test_ids = set(rnd.sample(ids, max(1, round(TEST_FRACTION * len(ids)))))
+    return [
+        {
+            "id": item["id"],
+            "claim": item["claim"],
+            "split": "test" if item["id"] in test_ids else "train",
+            "argument": item["argument"],
+            "counterarguments": item["counterarguments"],
+        }
+        for item in items
+    ]
+
+
+def render(items: list[dict[str, Any]]) -> str:
+    """The canonical text of the data file."""
+    doc = {
+        "format": "userrl-persuade-tasks",
+        "version": 1,
+        "split_seed": SPLIT_SEED,
+        "generator": "python -m userrl.envs.persuade.generate",
+        "tasks": items,
+    }
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+
+
+def canonical_text(path: Path = BUILTIN_TASKS_PATH) -> str:
+    """The canonical form of the data file at path."""
+    doc = read_json(path)
+    raw = doc.get("tasks") if isinstance(doc, dict) else doc
+    if not isinstance(raw, list):
+        raise ValueError(f"{path}: expected a list of items or an object with a 'tasks' list")
+    return render(canonical_items(raw))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Rewrite the data file in canonical form, or with --check only report whether it already is."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--path", type=Path, default=BUILTIN_TASKS_PATH)
+    parser.add_argument("--check", action="store_true", help="verify only; exit 1 if the file would change")
+    args = parser.parse_args(argv)
+    text = canonical_text(args.path)
+    if args.check:
+        same = args.path.read_text(encoding="utf-8") == text
+        print(f"{args.path}: {'canonical' if same else 'NOT canonical; run without --check'}")
+        return 0 if same else 1
+    args.path.write_text(text, encoding="utf-8")
+    print(f"wrote {args.path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

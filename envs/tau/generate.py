@@ -1,0 +1,96 @@
+"""Seeded generator of the builtin Tau data; `python -m userrl.envs.tau.generate` rewrites both files.
+
+It writes our own retail database (tau/data/retail_db.json) and our own tasks over it (tau/data/tasks.json).
+Every task's gold actions are replayed before writing: each call must succeed, and a task that changes
+the database must end in a state other than the fresh one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from userrl.envs.tau.database import BUILTIN_RETAIL_DB, DomainData, EpisodeDB
+from userrl.envs.tau.generate_db import generate_database
+from userrl.envs.tau.generate_tasks import generate_task_records
+from userrl.envs.tau.tasks import BUILTIN_TASKS_PATH, DB_BUILTIN
+from userrl.envs.tau.tools import ERROR_PREFIX, domain_tools, replay_actions
+
+GENERATOR_SEED = 20250612
+
+
+def validate_records(db: dict[str, dict[str, Any]], records: list[dict[str, Any]]) -> None:
+    """Replay every task's gold actions on a fresh copy; raise on a failing call or a no-op change."""
+    domain = DomainData("retail", db, "generated retail database", None)
+    tools = domain_tools("retail")
+    ids = [r["id"] for r in records]
+    if len(set(ids)) != len(ids):
+        raise RuntimeError("duplicate builtin tau task ids")
+    for record in records:
+        episode = EpisodeDB(domain)
+        observations = replay_actions(episode, record["actions"])
+        failed = [o for o in observations if o.startswith(ERROR_PREFIX)]
+        if failed:
+            raise RuntimeError(f"task {record['id']}: a gold action failed: {failed[0]}")
+        writes = any(tools[a["name"]].writes for a in record["actions"])
+        if writes and episode.state_hash() == domain.fresh_hash():
+            raise RuntimeError(f"task {record['id']}: the gold actions do not change the database")
+
+
+def generate(seed: int = GENERATOR_SEED) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+    """The builtin database and its validated tasks (each task with domain/database fields)."""
+    db = generate_database(seed)
+    records = [
+        {**r, "domain": "retail", "database": DB_BUILTIN}
+        for r in generate_task_records(db, seed)
+    ]
+    validate_records(db, records)
+    return db, records
+
+
+def render_database(db: dict[str, dict[str, Any]]) -> str:
+    """retail_db.json: one record per line (readable diffs, a few hundred KB)."""
+    tables = []
+    for name, table in db.items():
+        lines = ",\n".join(f"  {json.dumps(key)}: {json.dumps(record)}" for key, record in table.items())
+        tables.append(f" {json.dumps(name)}: {{\n{lines}\n }}")
+    return "{\n" + ",\n".join(tables) + "\n}\n"
+
+
+def render_tasks(records: list[dict[str, Any]], seed: int) -> str:
+    """tasks.json: a small header, then one task per line."""
+    lines = [json.dumps(r, separators=(", ", ": ")) for r in records]
+    header = (
+        f'{{"format": "userrl-tau-tasks", "version": 1, "seed": {seed}, '
+        f'"generator": "python -m userrl.envs.tau.generate", "database": "retail_db.json",\n "tasks": [\n'
+    )
+    return header + ",\n".join(f"  {line}" for line in lines) + "\n]}\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write (or, with --check, compare against) the builtin database and tasks files."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db-output", type=Path, default=BUILTIN_RETAIL_DB)
+    parser.add_argument("--tasks-output", type=Path, default=BUILTIN_TASKS_PATH)
+    parser.add_argument("--seed", type=int, default=GENERATOR_SEED)
+    parser.add_argument("--check", action="store_true", help="exit 1 if a file differs from a fresh run")
+    args = parser.parse_args(argv)
+    db, records = generate(args.seed)
+    outputs = {args.db_output: render_database(db), args.tasks_output: render_tasks(records, args.seed)}
+    if args.check:
+        stale = [p for p, text in outputs.items() if not p.is_file() or p.read_text(encoding="utf-8") != text]
+        for path in outputs:
+            print(f"{path}: {'differs from a fresh run' if path in stale else 'up to date'}")
+        return 1 if stale else 0
+    for path, text in outputs.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        print(f"wrote {path} ({len(text)} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+"""TelepathyEnv: twenty questions about a hidden entity (GYMS.md section 6)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import numpy as np
+from gymnasium import spaces
+
+from userrl.envs.base import BOOL_SPACE, MAX_FEEDBACK_CHARS, MultiTurnEnv, Task, text_space
+from userrl.envs.llm import RoleClient
+from userrl.envs.telepathy import roles
+
+# Every feedback string of section 6, verbatim (the judge's own wording comes from roles).
+ORACLE_FALLBACK = "I could not process that question. Please ask another yes/no question."
+CORRECT_PREFIX = "Correct! "
+JUDGE_FAILED = "Your guess could not be evaluated. Try again."
+EPISODE_FINISHED = "Episode finished."
+INVALID_ACTION = "Invalid action. Allowed choices: action (a yes/no question), answer (your guess)."
+#: The reset text; like every reset text it is never shown to the agent (0.3).
+WELCOME = "TelepathyGym: the entity is chosen. Ask yes/no questions, then guess it."
+ROLES = ("oracle", "judge")
+
+
+class UnitScore(spaces.Box):
+    """A scalar score in [0, 1] that accepts plain Python floats (Box warns on anything but arrays)."""
+
+    def __init__(self) -> None:
+        super().__init__(low=0.0, high=1.0, shape=(), dtype=np.float64)
+
+    def contains(self, x: Any) -> bool:
+        """Any real number (not bool) in [0, 1]."""
+        if isinstance(x, int | float) and not isinstance(x, bool):
+            return 0.0 <= float(x) <= 1.0
+        return super().contains(x)
+
+
+class TelepathyEnv(MultiTurnEnv):
+    """The Telepathy gym: ask yes/no questions about a hidden entity, then name it."""
+
+    gym_name: ClassVar[str] = "telepathy"
+    allowed_choices: ClassVar[tuple[str, ...]] = ("action", "answer")
+    # r_final = clip(r * reward_scale - step_penalty * step_count, 0, 1) (section 6).
+    normalize_rewards_default: ClassVar[bool] = True
+
+    def _configure(
+        self,
+        *,
+        llm: RoleClient | None = None,
+        oracle_history_turns: int = 0,
+        role_backends: Mapping[str, str] | None = None,
+    ) -> None:
+        """Gym keywords: the model client, how many past exchanges the oracle sees, per-role backends."""
+        if isinstance(oracle_history_turns, bool) or not isinstance(oracle_history_turns, int):
+            raise ValueError(f"oracle_history_turns must be an integer >= 0, got {oracle_history_turns!r}")
+        if oracle_history_turns < 0:
+            raise ValueError(f"oracle_history_turns must be an integer >= 0, got {oracle_history_turns!r}")
+        overrides = dict(role_backends or {})
+        unknown = sorted(set(overrides) - set(ROLES))
+        if unknown:
+            raise ValueError(
+                f"role_backends has unknown roles {unknown}; Telepathy's roles are {list(ROLES)}"
+            )
+        self.role_backends = {role: str(overrides.get(role, self.backend)) for role in ROLES}
+        if llm is None and any(b != "scripted" for b in self.role_backends.values()):
+            raise ValueError(
+                f"backend {self.role_backends} needs an llm RoleClient (llm=...); use backend='scripted' "
+                "for the model-free stand-ins"
+            )
+        self.llm = llm
+        self.oracle_history_turns = oracle_history_turns
+
+    def _observation_fields(self) -> dict[str, spaces.Space]:
+        return {
+            "entity_title": text_space(MAX_FEEDBACK_CHARS),
+            "description": text_space(MAX_FEEDBACK_CHARS),
+            "goal": text_space(MAX_FEEDBACK_CHARS),
+            "step_count": self.count_space(),
+            "episode_complete": BOOL_SPACE,
+            "current_score": UnitScore(),
+            "best_score": UnitScore(),
+        }
+
+    def _load_task(self, task: Task) -> None:
+        data = task.data
+        try:
+            fields = {k: data[k] for k in ("title", "description", "goal", "target_entity", "category")}
+        except (KeyError, TypeError) as exc:
+            raise ValueError(
+                f"telepathy task {task.item_key!r}: data needs title, description, goal, target_entity "
+                f"and category ({exc!r})"
+            ) from exc
+        if not all(isinstance(v, str) for v in fields.values()):
+            raise ValueError(
+                f"telepathy task {task.item_key!r}: title, description, goal, ... must be strings"
+            )
+        self._title, self._description, self._goal = fields["title"], fields["description"], fields["goal"]
+        self._target, self._category = fields["target_entity"], fields["category"]
+        self._keywords = roles.entity_keywords(self._title, self._target, self._category)
+
+    # ------------------------------------------------------------------ episode state
+
+    def _reset_impl(self) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        self.current_score = 0.0
+        self.best_score = 0.0
+        self.judge_success: bool | None = None
+        self.best_json_response: dict[str, Any] | None = None
+        self.response_history: list[dict[str, Any]] = []
+        self.oracle_history: list[tuple[str, str]] = []
+        return WELCOME, self._extra_obs(), self._gym_info()
+
+    def _extra_obs(self) -> dict[str, Any]:
+        return {
+            "entity_title": self._title,
+            "description": self._description,
+            "goal": self._goal,
+            "current_score": self.current_score,
+            "best_score": self.best_score,
+        }
+
+    def _gym_info(self) -> dict[str, Any]:
+        return {
+            "judge_success": self.judge_success,
+            "current_score": self.current_score,
+            "best_score": self.best_score,
+            "best_json_response": copy.deepcopy(self.best_json_response),
+            "target_entity": self._target,
+            "category": self._category,
+            "response_history": copy.deepcopy(self.response_history),
+        }
+
+    # ------------------------------------------------------------------ steps
+
+    async def _astep_impl(
+        self, choice: str, content: str
+    ) -> tuple[str, float, bool, dict[str, Any], dict[str, Any]]:
+        reward, terminated = 0.0, False
+        self.judge_success = None  # set only by steps that judge a guess
+        if choice == "action":
+            feedback = await self._ask(content)
+        elif choice == "answer":
+            feedback, reward, terminated = await self._answer(content)
+        elif choice == "finish":
+            feedback, terminated = EPISODE_FINISHED, True
+        else:
+            feedback = INVALID_ACTION
+        if choice in ("action", "answer"):
+            self.response_history.append(
+                {"step": self.step_count, "choice": choice, "content": content, "response": feedback}
+            )
+        return feedback, reward, terminated, self._extra_obs(), self._gym_info()
+
+    async def _ask(self, question: str) -> str:
+        """The oracle's Yes/No/Maybe, or the fallback message when the model role fails."""
+        if not question.strip():
+            # Nothing to decide; the scripted rule gives Maybe too, so no model call is spent on it.
+            answer: str | None = "Maybe"
+        elif self.role_backends["oracle"] == "scripted":
+            answer = roles.scripted_oracle(question, self._keywords)
+        else:
+            history = self.oracle_history[-self.oracle_history_turns :] if self.oracle_history_turns else []
+            user = roles.oracle_user_message(self._target, question, history)
+            answer, call = await self.llm.complete_json(
+                roles.ORACLE_ROLE, roles.ORACLE_SYSTEM_PROMPT, user, roles.validate_oracle_reply
+            )
+            self.record_lm_call(call.role, call.attempts, call.ok, call.latency_s)
+        if answer is None:
+            return ORACLE_FALLBACK
+        self.oracle_history.append((question, answer))
+        return answer
+
+    async def _judge(self, guess: str) -> dict[str, Any] | None:
+        """{thought, judgment: bool, feedback} from the judge role, or None when it failed."""
+        if not guess.strip() or self.role_backends["judge"] == "scripted":
+            right = bool(guess.strip()) and roles.scripted_judge(guess, self._title, self._target)
+            return {
+                "thought": "",
+                "judgment": right,
+                "feedback": roles.JUDGE_RIGHT if right else roles.JUDGE_WRONG,
+            }
+        user = roles.judge_user_message(self._target, guess)
+        verdict, call = await self.llm.complete_json(
+            roles.JUDGE_ROLE, roles.JUDGE_SYSTEM_PROMPT, user, roles.validate_judge_reply
+        )
+        self.record_lm_call(call.role, call.attempts, call.ok, call.latency_s)
+        if verdict is not None and not verdict["feedback"]:
+            # An empty model feedback would leave the agent with no reply at all.
+            verdict["feedback"] = roles.JUDGE_RIGHT if verdict["judgment"] else roles.JUDGE_WRONG
+        return verdict
+
+    async def _answer(self, guess: str) -> tuple[str, float, bool]:
+        verdict = await self._judge(guess)
+        self.judge_success = verdict is not None
+        if verdict is None:
+            score, feedback = 0.0, JUDGE_FAILED
+        else:
+            score = 1.0 if verdict["judgment"] else 0.0
+            feedback = CORRECT_PREFIX + verdict["feedback"] if score == 1.0 else verdict["feedback"]
+        self.current_score = score
+        gain = max(0.0, score - self.best_score)
+        if verdict is not None and (self.best_json_response is None or score > self.best_score):
+            self.best_json_response = dict(verdict, guess=guess)
+        self.best_score = max(self.best_score, score)
+        # Only answer steps pay: clip(r * reward_scale - step_penalty * step_count, 0, 1) when normalized.
+        reward = self.shaped_reward(gain, self.step_penalty * self.step_count)
+        return feedback, reward, score == 1.0

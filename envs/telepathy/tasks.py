@@ -1,0 +1,196 @@
+"""Telepathy task sets: our own entities ("builtin") and the original UserRL files ("userrl")."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from userrl.envs.base import Task
+from userrl.envs.telepathy import facts
+
+logger = logging.getLogger(__name__)
+
+GYM = "telepathy"
+DATA_SOURCE = "interact_telepathygym"
+
+#: The system message of builtin tasks: the game and its choices only (the chat layer adds the format).
+TELEPATHY_SYSTEM_PROMPT = (
+    "You are playing TelepathyGym, a guessing game like twenty questions. I am thinking of one entity: a "
+    "person, animal, plant, food, object, place or something else. Your goal is to name it.\n"
+    "Choices:\n"
+    "- action: ask one yes/no question about the entity. You get Yes, No or Maybe.\n"
+    "- answer: name the entity. A correct guess ends the game.\n"
+    "Ask questions to narrow it down, then guess. You may guess more than once. Your steps are limited."
+)
+
+BUILTIN_ENTITIES_PATH = Path(__file__).resolve().parent / "data" / "entities.json"
+USERRL_ENTITIES_JSON = Path("gyms/TelepathyGym/telepathygym/data/all_entities_refined.json")
+#: Split name -> parquet file (relative to data_root). alltrain holds no Telepathy rows (never trained on).
+USERRL_PARQUET = {
+    "train": Path("data/telepathy_multiturn/train.parquet"),
+    "test": Path("data/telepathy_multiturn/test.parquet"),
+    "alltrain": Path("data/alltrain_multiturn/train.parquet"),
+    "alltest": Path("data/alltest_multiturn/test.parquet"),
+}
+_TEXT_FIELDS = ("id", "title", "description", "goal", "target_entity", "category")
+
+
+def builtin_prompt(description: str) -> list[dict[str, str]]:
+    """The [system, user] prompt of a builtin task: the user message is the entity's teaser."""
+    return [
+        {"role": "system", "content": TELEPATHY_SYSTEM_PROMPT},
+        {"role": "user", "content": description},
+    ]
+
+
+def validate_entity(record: Any, where: str) -> dict[str, Any]:
+    """Check one entity (the original fields, plus optional structured attributes); returns Task.data."""
+    if not isinstance(record, dict):
+        raise ValueError(f"{where}: every entity must be an object, got {type(record).__name__}")
+    name = record.get("title", record.get("id"))
+    for key in _TEXT_FIELDS:
+        if not isinstance(record.get(key), str) or not record[key].strip():
+            raise ValueError(f"{where}: entity {name!r} needs a non-empty string {key!r}")
+    data: dict[str, Any] = {key: record[key] for key in _TEXT_FIELDS}
+    attributes = record.get("attributes")
+    data["attributes"] = (
+        facts.validate_attributes(attributes, f"{where}: entity {name!r}") if attributes is not None else {}
+    )
+    return data
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+
+
+def index_entities(items: list[Any], where: str) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Validated entities (in order) and an index by case-folded title and by id; both must be unique."""
+    entities: list[dict[str, Any]] = []
+    index: dict[str, dict[str, Any]] = {}
+    for raw in items:
+        entity = validate_entity(raw, where)
+        keys = {entity["title"].casefold(), entity["id"]}
+        if keys & set(index):
+            raise ValueError(f"{where}: duplicate title or id {entity['title']!r} / {entity['id']!r}")
+        index.update(dict.fromkeys(keys, entity))
+        entities.append(entity)
+    return entities, index
+
+
+def read_builtin_entities(path: str | Path | None = None) -> list[dict[str, Any]]:
+    """Every builtin entity (validated, with its split), in file order."""
+    path = Path(path) if path is not None else BUILTIN_ENTITIES_PATH
+    doc = _read_json(path)
+    if not isinstance(doc, dict) or not isinstance(doc.get("entities"), list):
+        raise ValueError(f"{path}: expected an object with an 'entities' list")
+    entities, _ = index_entities(doc["entities"], str(path))
+    out = []
+    for raw, entity in zip(doc["entities"], entities, strict=True):
+        if raw.get("split") not in ("train", "test"):
+            raise ValueError(f"{path}: entity {entity['title']!r} needs split 'train' or 'test'")
+        if not entity["attributes"]:
+            raise ValueError(f"{path}: builtin entity {entity['title']!r} needs structured attributes")
+        out.append({**entity, "split": raw["split"]})
+    return out
+
+
+def load_builtin_tasks(
+    split: str = "train", category: str | list[str] | None = None, path: str | Path | None = None
+) -> list[Task]:
+    """Our own entities (telepathy/data/entities.json) of one split, optionally of some categories."""
+    if split not in ("train", "test"):
+        raise ValueError(f"builtin telepathy tasks have splits 'train' and 'test', not {split!r}")
+    wanted = {category} if isinstance(category, str) else set(category) if category is not None else None
+    if wanted is not None and wanted - set(facts.CATEGORY_NOUNS):
+        raise ValueError(
+            f"unknown telepathy categories {sorted(wanted - set(facts.CATEGORY_NOUNS))}; "
+            f"known: {sorted(facts.CATEGORY_NOUNS)}"
+        )
+    tasks = []
+    for entity in read_builtin_entities(path):
+        if entity.pop("split") != split or (wanted is not None and entity["category"] not in wanted):
+            continue
+        prompt = builtin_prompt(entity["description"])
+        tasks.append(Task(GYM, entity["title"], prompt, entity, split=split, source="builtin"))
+    return tasks
+
+
+def load_userrl_entities(data_root: str | Path) -> dict[str, dict[str, Any]]:
+    """The original all_entities_refined.json, indexed by case-folded title and by id."""
+    path = Path(data_root) / USERRL_ENTITIES_JSON
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} not found: data_root must point at a UserRL data folder (holding gyms/ and data/)"
+        )
+    items = _read_json(path)
+    if not isinstance(items, list):
+        raise ValueError(f"{path}: expected a JSON array of entities")
+    _, index = index_entities(items, str(path))
+    return index
+
+
+def _row_title(row: dict[str, Any]) -> Any:
+    kwargs = (((row.get("extra_info") or {}).get("tools_kwargs") or {}).get("interact_with_env") or {}).get(
+        "create_kwargs"
+    ) or {}
+    return kwargs.get("title")
+
+
+def load_userrl_tasks(split: str, data_root: str | Path) -> list[Task]:
+    """Original parquet rows of one split (train, test, alltrain, alltest) resolved by title (or id)."""
+    if split not in USERRL_PARQUET:
+        raise ValueError(f"UserRL telepathy splits are {sorted(USERRL_PARQUET)}, not {split!r}")
+    import polars as pl  # lazy: only this loader needs polars
+
+    entities = load_userrl_entities(data_root)
+    entities_path = Path(data_root) / USERRL_ENTITIES_JSON
+    path = Path(data_root) / USERRL_PARQUET[split]
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} not found: data_root must point at a UserRL data folder (holding gyms/ and data/)"
+        )
+    try:
+        frame = pl.read_parquet(path, columns=["data_source", "prompt", "extra_info"])
+    except Exception as exc:  # polars raises several error types for unreadable files
+        raise ValueError(f"{path}: cannot read the parquet file ({exc})") from exc
+    tasks = []
+    for index, row in enumerate(frame.filter(pl.col("data_source") == DATA_SOURCE).iter_rows(named=True)):
+        title = _row_title(row)
+        entity = (entities.get(title.casefold()) or entities.get(title)) if isinstance(title, str) else None
+        if entity is None:
+            raise ValueError(
+                f"{path}: row {index} has telepathy title {title!r}, which is not in {entities_path}"
+            )
+        row_split = (row.get("extra_info") or {}).get("split") or split
+        try:
+            tasks.append(
+                Task(GYM, title, list(row["prompt"]), dict(entity), split=row_split, source="userrl")
+            )
+        except ValueError as exc:
+            raise ValueError(f"{path}: row {index} ({title!r}): {exc}") from exc
+    if not tasks:
+        logger.warning("%s has no %s rows", path, DATA_SOURCE)
+    return tasks
+
+
+def load_telepathy_tasks(
+    split: str = "train",
+    source: str = "builtin",
+    data_root: str | Path | None = None,
+    category: str | list[str] | None = None,
+) -> list[Task]:
+    """Telepathy tasks from our own set (source "builtin") or the original UserRL files (source "userrl")."""
+    if source == "builtin":
+        return load_builtin_tasks(split, category)
+    if source == "userrl":
+        if data_root is None:
+            raise ValueError("source='userrl' needs data_root: the folder of the original UserRL data")
+        if category is not None:
+            raise ValueError("the category filter applies to builtin telepathy tasks only")
+        return load_userrl_tasks(split, data_root)
+    raise ValueError(f"unknown task source {source!r}; use 'builtin' or 'userrl'")

@@ -1,0 +1,126 @@
+"""Token-exact rollouts: masks cover exactly the sampled tokens; the ids decode to the conversation."""
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from userrl.chat import IGNORED_CALL_NOTICE, ChatFormat, parse_bracket, parse_tool_calls
+from userrl.engines.base import GenerationOutput, GenerationRequest
+from userrl.envs import load_tasks, make_env, make_solver
+from userrl.rollout import RolloutLimits, run_episode
+from userrl.sft import solver_demonstrations
+from userrl.trajectory import ROLE_IDS, read_parquet, write_parquet
+
+
+class SolverPolicy:
+    """A stand-in for the model: emits the privileged solver's actions as token ids."""
+
+    def __init__(self, chat, task, extra_text=""):
+        self.chat, self.solver, self.extra = chat, make_solver(task.gym, task, np.random.default_rng(0)), extra_text
+        self.last_feedback = None
+
+    async def __call__(self, request: GenerationRequest) -> GenerationOutput:
+        choice, content = self.solver.next_action(self.last_feedback)
+        ids = self.chat._encode(self.chat.render_action(choice, content) + self.extra) + [self.chat.tokenizer.eos_token_id]
+        return GenerationOutput(ids, [-0.5] * len(ids), "stop", policy_version=3)
+
+
+async def _play(chat, task, policy, limits):
+    env = make_env(task.gym, task)
+    original_astep = env.astep
+
+    async def astep(action):
+        result = await original_astep(action)
+        policy.last_feedback = result.observation["feedback"]
+        return result
+
+    env.astep = astep
+    return await run_episode(env, task, chat, policy, limits, uid="u0", group_id="g0")
+
+
+@pytest.mark.parametrize("protocol", ["bracket", "tool_call"])
+def test_solver_episode_is_token_exact(tokenizer, protocol):
+    chat = ChatFormat(tokenizer, protocol)
+    task = load_tasks("function", split="test", difficulty=[2])[0]
+    traj = asyncio.run(_play(chat, task, SolverPolicy(chat, task), RolloutLimits(max_turns=8)))
+    traj.check()
+    assert traj.stop_reason == "env_done" and traj.episode_return == 1.0
+    assert traj.policy_version == 3
+    # The ids decode to the chat template's rendering of the readable messages.
+    rendered = tokenizer.apply_chat_template(traj.messages, tokenize=False)
+    assert tokenizer.decode(traj.input_ids) == rendered[: len(tokenizer.decode(traj.input_ids))]
+    assert rendered.startswith(tokenizer.decode(traj.input_ids))
+    # The loss mask covers exactly the sampled tokens, turn by turn, and they decode to the assistant texts.
+    assistant = [m["content"] for m in traj.messages if m["role"] == "assistant"]
+    for k, text in enumerate(assistant):
+        ids = [t for t, m, turn in zip(traj.input_ids, traj.loss_mask, traj.turn_ids, strict=True) if m and turn == k]
+        assert tokenizer.decode(ids, skip_special_tokens=True) == text
+        assert ids[-1] == tokenizer.eos_token_id
+    assert all(r == ROLE_IDS["assistant"] for r, m in zip(traj.role_ids, traj.loss_mask, strict=True) if m)
+    assert sum(traj.loss_mask) == sum(t.n_sampled for t in traj.turns)
+    assert all(lp == -0.5 for lp, m in zip(traj.sampler_logprobs, traj.loss_mask, strict=True) if m)
+
+
+def test_extra_tool_calls_are_answered_but_not_executed(tokenizer):
+    chat = ChatFormat(tokenizer, "tool_call")
+    task = load_tasks("function", split="test", difficulty=[0])[0]
+    policy = SolverPolicy(chat, task, extra_text="\n" + chat.render_action("answer", "123456"))
+    traj = asyncio.run(_play(chat, task, policy, RolloutLimits(max_turns=8)))
+    assert traj.turns[0].n_tool_calls == 2
+    assert IGNORED_CALL_NOTICE in [m["content"] for m in traj.messages if m["role"] == "tool"]
+    assert traj.episode_return == 1.0  # the ignored wrong answers never reached the env
+
+
+def test_no_tool_call_ends_the_episode_with_zero_reward(tokenizer):
+    chat = ChatFormat(tokenizer, "bracket")
+    task = load_tasks("function", split="test")[0]
+
+    async def chatter(request):
+        ids = chat._encode("I think the answer is 7.") + [tokenizer.eos_token_id]
+        return GenerationOutput(ids, [0.0] * len(ids), "stop")
+
+    traj = asyncio.run(run_episode(make_env("function", task), task, chat, chatter, RolloutLimits(), uid="u", group_id="g"))
+    traj.check()
+    assert traj.stop_reason == "no_tool_call" and traj.turn_rewards == [0.0] and not traj.turns[0].executed
+
+
+def test_engine_failure_is_a_counted_abort(tokenizer):
+    chat = ChatFormat(tokenizer, "bracket")
+    task = load_tasks("function", split="test")[0]
+
+    async def broken(request):
+        raise RuntimeError("engine down")
+
+    traj = asyncio.run(run_episode(make_env("function", task), task, chat, broken, RolloutLimits(), uid="u", group_id="g"))
+    assert traj.aborted and traj.stop_reason == "aborted" and traj.error.startswith("generate_exception")
+    traj.check()
+
+
+def test_context_budget_stops_the_episode(tokenizer):
+    chat = ChatFormat(tokenizer, "bracket")
+    task = load_tasks("function", split="test", difficulty=[4])[0]
+    traj = asyncio.run(_play(chat, task, SolverPolicy(chat, task), RolloutLimits(max_turns=8, max_response_len=30)))
+    assert traj.stop_reason in ("context_full", "length")
+    assert traj.response_len <= 30
+
+
+def test_parsers():
+    assert parse_bracket("thinking...\n[search] test\n[answer] 5").calls == [("search", "test"), ("answer", "5")]
+    assert parse_bracket("no action here").action is None
+    parsed = parse_tool_calls('<tool_call>{"name": "interact_with_env", "arguments": {"choice": "answer", "content": "4"}}</tool_call>'
+                              '<tool_call>{not json}</tool_call>')
+    assert parsed.action == "[answer] 4" and parsed.n_tool_calls == 2
+    assert parse_tool_calls('<tool_call>{"name": "other", "arguments": {}}</tool_call>').action is None
+
+
+def test_demonstrations_round_trip_through_parquet(tokenizer, tmp_path):
+    chat = ChatFormat(tokenizer, "bracket")
+    demos = solver_demonstrations(load_tasks("function", difficulty=[1]), chat, episodes=4)
+    for demo in demos:
+        demo.check()
+        assert demo.messages[-1]["role"] == "tool" and "Correct" in demo.messages[-1]["content"]
+    back = read_parquet(write_parquet(demos, tmp_path / "demos.parquet"))
+    assert [b.input_ids for b in back] == [d.input_ids for d in demos]
+    assert [b.turns for b in back] == [d.turns for d in demos]
+    assert back[0].messages == demos[0].messages

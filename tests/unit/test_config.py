@@ -1,0 +1,77 @@
+from pathlib import Path
+
+import pytest
+
+from userrl.algorithm import GRPOMultiTurnConfig
+from userrl.config import ConfigError, load_config, parse_config
+
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
+
+
+def test_defaults_follow_the_userrl_recipe():
+    config = parse_config({})
+    assert config.training.trajectory_score == "mean"
+    assert config.training.turn_credit == "equalized"
+    assert config.training.gamma == 0.8
+    assert (config.training.clip_ratio_low, config.training.clip_ratio_high, config.training.clip_ratio_c) == (0.2, 0.2, 3.0)
+    assert config.env.max_turns == 16
+
+
+def test_yaml_and_dotted_overrides(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("training:\n  lr: 1.0e-5\n  group_size: 4\n")
+    config = load_config(path, ["training.lr=1e-6", "env.protocol=bracket", "training.turn_credit=R2G"])
+    assert config.training.lr == pytest.approx(1e-6)
+    assert config.training.group_size == 4
+    assert config.env.protocol == "bracket"
+    assert config.training.turn_credit == "r2g"
+
+
+def test_unknown_key_names_the_closest_valid_one():
+    with pytest.raises(ConfigError, match=r"training\.lrr: unknown key; did you mean 'training\.lr'"):
+        load_config(None, ["training.lrr=1e-6"])
+    with pytest.raises(ConfigError, match=r"polcy: unknown key; did you mean 'policy'"):
+        load_config(None, ["polcy.model=x"])
+
+
+def test_ill_typed_value_names_the_key():
+    with pytest.raises(ConfigError, match=r"training\.group_size"):
+        load_config(None, ["training.group_size=many"])
+    with pytest.raises(ConfigError, match=r"env\.protocol"):
+        load_config(None, ["env.protocol=morse"])
+
+
+def test_unknown_credit_method_lists_valid_ones():
+    with pytest.raises(ConfigError, match="equalized"):
+        load_config(None, ["training.turn_credit=magic"])
+
+
+def test_sum_alias_warns_and_means_mean():
+    with pytest.warns(DeprecationWarning):
+        config = load_config(None, ["training.trajectory_score=Sum"])
+    assert config.training.trajectory_score == "mean"
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_shipped_configs_validate():
+    for path in EXPERIMENTS.glob("*.yaml"):
+        load_config(path)
+
+
+def test_builder_matches_yaml():
+    built = (GRPOMultiTurnConfig().environment(protocol="bracket", max_turns=5)
+             .training(lr=2e-6, group_size=4).policy(model="tiny-random").to_config())
+    assert built.env.protocol == "bracket" and built.env.max_turns == 5
+    assert built.training.group_size == 4 and built.policy.model == "tiny-random"
+    with pytest.raises(ConfigError, match="did you mean"):
+        GRPOMultiTurnConfig().training(group_sise=4).to_config()
+
+
+def test_flat_params_are_dotted():
+    flat = parse_config({}).flat()
+    assert flat["training.lr"] == 1e-6
+    assert flat["env.gyms"][0]["name"] == "function"

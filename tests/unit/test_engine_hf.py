@@ -1,0 +1,60 @@
+import asyncio
+
+import torch
+
+from userrl.actors.policy_replica import PolicyReplica
+from userrl.engines.base import GenerationRequest
+from userrl.engines.hf import HFEngine
+
+PROMPTS = [[1, 504, 2137, 30, 7, 9], [1, 42, 43], [1, 900, 901, 902, 903, 904, 905, 906]]
+
+
+def test_greedy_matches_transformers_generate(tiny_model):
+    engine = HFEngine(tiny_model)
+    outputs = engine.generate([GenerationRequest(p, 6, temperature=0) for p in PROMPTS])
+    for prompt, out in zip(PROMPTS, outputs, strict=True):
+        ref = engine.model.generate(torch.tensor([prompt]), max_new_tokens=6, do_sample=False)[0, len(prompt):]
+        assert out.token_ids == ref.tolist()
+        assert out.finish_reason == "length"
+
+
+def test_logprobs_are_the_sampling_distribution(tiny_model):
+    engine = HFEngine(tiny_model)
+    out = engine.generate([GenerationRequest(PROMPTS[0], 4, temperature=0.7, seed=3)])[0]
+    ids = torch.tensor([PROMPTS[0] + out.token_ids])
+    with torch.no_grad():
+        logits = engine.model(ids).logits[0, len(PROMPTS[0]) - 1:-1] / 0.7
+    expected = torch.log_softmax(logits, -1).gather(-1, torch.tensor(out.token_ids)[:, None])[:, 0]
+    assert torch.allclose(torch.tensor(out.logprobs), expected, atol=1e-4)
+
+
+def test_seeded_sampling_does_not_depend_on_the_batch(tiny_model):
+    engine = HFEngine(tiny_model)
+    alone = engine.generate([GenerationRequest(PROMPTS[1], 8, seed=11)])[0]
+    batched = engine.generate([GenerationRequest(p, 8, seed=11 if i == 1 else i) for i, p in enumerate(PROMPTS)])[1]
+    assert alone.token_ids == batched.token_ids
+
+
+def test_stop_tokens_end_a_request(tiny_model):
+    engine = HFEngine(tiny_model)
+    first = engine.generate([GenerationRequest(PROMPTS[0], 5, temperature=0)])[0].token_ids
+    out = engine.generate([GenerationRequest(PROMPTS[0], 5, temperature=0, stop_token_ids=[first[1]])])[0]
+    stop_at = first.index(first[1])
+    assert out.token_ids == first[: stop_at + 1] and out.finish_reason == "stop"
+
+
+def test_replica_batches_concurrent_requests_and_versions_weights(tiny_model):
+    replica = PolicyReplica(tiny_model, num_threads=1)
+
+    async def main():
+        outs = await asyncio.gather(*(replica.generate(GenerationRequest(p, 3, seed=1)) for p in PROMPTS * 4))
+        state = {k: v.clone() for k, v in replica.engine.model.state_dict().items()}
+        state["model.embed_tokens.weight"].zero_()
+        await replica.load_weights(state, 7)
+        after = await replica.generate(GenerationRequest(PROMPTS[0], 3, temperature=0))
+        return outs, after
+
+    outs, after = asyncio.run(main())
+    assert len(outs) == 12 and replica.get_stats()["batches"] < 12  # requests were decoded together
+    assert after.policy_version == 7 and replica.get_version() == 7
+    assert float(replica.engine.model.get_input_embeddings().weight.abs().sum()) == 0.0
