@@ -34,6 +34,9 @@ class HFEngine:
 
     def load_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Copy new weights into the model in place."""
+        if getattr(self.model.config, "tie_word_embeddings", False):
+            # The head shares the embedding: loading a separate copy of it would untie the two.
+            state_dict = {k: v for k, v in state_dict.items() if k != "lm_head.weight"}
         missing, unexpected = self.model.load_state_dict(state_dict, strict=False)
         missing = [k for k in missing if k != "lm_head.weight"]  # tied to the embedding
         if missing or unexpected:
