@@ -34,6 +34,10 @@ def ray_local():
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=6, logging_config=ray.LoggingConfig(encoding="TEXT", log_level="WARNING"))
+        # Workers must import test modules (functions defined in tests run inside Ray Train workers).
+        test_dirs = [str(p) for p in Path(__file__).parent.iterdir() if p.is_dir() and not p.name.startswith(".")]
+        pythonpath = os.pathsep.join([*test_dirs, os.environ.get("PYTHONPATH", "")])
+        ray.init(num_cpus=6, logging_config=ray.LoggingConfig(encoding="TEXT", log_level="WARNING"),
+                 runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
     yield ray
     ray.shutdown()

@@ -33,6 +33,14 @@ class GymSpec(_Section):
     difficulty: list[int] | None = Field(None, description="Difficulty levels to keep (gyms that have them).")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="Extra env constructor arguments.")
 
+    @field_validator("name")
+    @classmethod
+    def _known_gym(cls, value: str) -> str:
+        from userrl.envs.registry import get_gym
+
+        get_gym(value)  # ValueError naming the known gyms and the closest one
+        return value
+
 
 class ExperimentConfig(_Section):
     name: str = "userrl"

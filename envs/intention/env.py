@@ -52,6 +52,15 @@ def base_reward(importances: Sequence[int], penalty: float = MULTI_DETAIL_PENALT
     return round(max(0.0, IMPORTANCE_WEIGHTS[max(importances)] - penalty * (len(importances) - 1)), 6)
 
 
+def reward_bounds(reward_scale: float, step_penalty: float, normalize: bool) -> tuple[float, float]:
+    """The range of a step reward: base in [0, 1] times the scale minus the penalty, or [0, 1] when clipped."""
+    if normalize:
+        return 0.0, 1.0
+    # Non-question steps pay exactly 0, so 0 is always inside the range.
+    ends = (0.0, -step_penalty, reward_scale - step_penalty)
+    return min(ends), max(ends)
+
+
 def max_return(importances: Sequence[int]) -> float:
     """The best possible episode return: every detail covered on its own."""
     return round(sum(IMPORTANCE_WEIGHTS[i] for i in importances), 6)
@@ -79,7 +88,9 @@ class IntentionEnv(MultiTurnEnv):
         # Intention has no preset-specific settings (GYMS.md 0.9): both presets play identically.
         self.reward_preset = reward_preset
         if not math.isfinite(multi_detail_penalty) or multi_detail_penalty < 0:
-            raise ValueError(f"multi_detail_penalty must be a non-negative number, got {multi_detail_penalty!r}")
+            raise ValueError(
+                f"multi_detail_penalty must be a non-negative number, got {multi_detail_penalty!r}"
+            )
         self.multi_detail_penalty = float(multi_detail_penalty)
         self.user_sees_details = bool(user_sees_details)
         overrides = dict(role_backends or {})
@@ -96,6 +107,7 @@ class IntentionEnv(MultiTurnEnv):
 
     def _observation_fields(self) -> dict[str, spaces.Space]:
         counter = spaces.Discrete(MAX_DETAILS + 1)
+        low, high = reward_bounds(self.reward_scale, self.step_penalty, self.normalize_rewards)
         return {
             "task_category": text_space(MAX_FEEDBACK_CHARS),
             "task_description": text_space(MAX_FEEDBACK_CHARS),
@@ -105,7 +117,7 @@ class IntentionEnv(MultiTurnEnv):
             "total_missing_details": counter,
             "remaining_missing_details": counter,
             "coverage_ratio": ScalarBox(low=0.0, high=1.0, shape=(), dtype=np.float64),
-            "last_reward": ScalarBox(low=-np.inf, high=np.inf, shape=(), dtype=np.float64),
+            "last_reward": ScalarBox(low=low, high=high, shape=(), dtype=np.float64),
         }
 
     def _load_task(self, task: Task) -> None:
@@ -159,7 +171,12 @@ class IntentionEnv(MultiTurnEnv):
         }
 
     def _result(
-        self, feedback: str, reward: float, terminated: bool, newly: list[int], breakdown: dict[str, Any] | None
+        self,
+        feedback: str,
+        reward: float,
+        terminated: bool,
+        newly: list[int],
+        breakdown: dict[str, Any] | None,
     ) -> tuple[str, float, bool, dict[str, Any], dict[str, Any]]:
         self.last_reward = reward
         return feedback, reward, terminated, self._extra_obs(), self._gym_info(newly, breakdown)

@@ -70,7 +70,9 @@ def canonical_items(raw_items: Sequence[Any]) -> list[dict[str, Any]]:
             "id": item_id(raw["task"]),
             "category": raw["category"],
             "task": raw["task"],
-            "missing_details": [validate_detail(d, f"{where}, detail {i + 1}") for i, d in enumerate(details)],
+            "missing_details": [
+                validate_detail(d, f"{where}, detail {i + 1}") for i, d in enumerate(details)
+            ],
         }
         if item["task"] in seen:
             problems.append(f"{where}: duplicate request {item['task']!r}")
@@ -98,8 +100,15 @@ def assign_splits(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for item in items:
         split = "test" if item["id"] in test_ids else "train"
-        out.append({"id": item["id"], "category": item["category"], "task": item["task"], "split": split,
-                    "missing_details": item["missing_details"]})
+        out.append(
+            {
+                "id": item["id"],
+                "category": item["category"],
+                "task": item["task"],
+                "split": split,
+                "missing_details": item["missing_details"],
+            }
+        )
     return out
 
 

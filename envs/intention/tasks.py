@@ -234,7 +234,9 @@ def load_userrl_tasks(split: str, data_root: str | Path) -> list[Task]:
                 raise ValueError(f"{path}: row {index} ({item_id!r}) has a {key} that differs from the JSON")
         row_split = (row.get("extra_info") or {}).get("split") or split
         try:
-            tasks.append(Task(GYM, item_id, list(row["prompt"]), dict(record), split=row_split, source="userrl"))
+            tasks.append(
+                Task(GYM, item_id, list(row["prompt"]), dict(record), split=row_split, source="userrl")
+            )
         except ValueError as exc:
             raise ValueError(f"{path}: row {index} ({item_id!r}): {exc}") from exc
     return tasks

@@ -146,7 +146,13 @@ class PersuadeEnv(MultiTurnEnv):
     def _no_argument(
         self, feedback: str, terminated: bool = False
     ) -> tuple[str, float, bool, dict[str, Any], dict[str, Any]]:
-        return feedback, 0.0, terminated, self._extra_obs(), self._gym_info(self.stance, self.stance, 0.0, None, None)
+        return (
+            feedback,
+            0.0,
+            terminated,
+            self._extra_obs(),
+            self._gym_info(self.stance, self.stance, 0.0, None, None),
+        )
 
     # ------------------------------------------------------------------ steps
 
@@ -164,17 +170,20 @@ class PersuadeEnv(MultiTurnEnv):
     async def _argue(self, argument: str) -> tuple[str, float, bool, dict[str, Any], dict[str, Any]]:
         old, best_before = self.stance, self.best
         reply = await self._persuadee(argument)
+        success = reply is not None
         if reply is None:
-            feedback, new, json_response, success = FALLBACK_REPLY, old, None, False
+            feedback, new, json_response = FALLBACK_REPLY, old, None
         else:
             index = stance_index(reply.stance)
+            feedback, json_response = reply.response, reply.as_dict()
             # A valid reply with an unknown label still answers the agent, but leaves the stance alone.
-            feedback, new, json_response, success = reply.response, old if index is None else index, reply.as_dict(), True
+            new = old if index is None else index
         if self.reward_mode == "forward_delta":
             base = forward_delta_reward(old, new)
         else:
             base = best_improvement_reward(best_before, new)
-        reward = self.shaped_reward(base, self.step_penalty)
+        # The spec pays exactly 0 after a failed model call: no step penalty for an outage of the persuadee.
+        reward = self.shaped_reward(base, self.step_penalty) if success else 0.0
         self.stance, self.best = new, max(best_before, new)
         self.dialogue.append((argument, feedback))
         self._history.append({"argument": argument, "response": feedback, "stance": STANCES[new]})
@@ -188,7 +197,9 @@ class PersuadeEnv(MultiTurnEnv):
             reply, _ = scripted_persuadee(argument, self._topic_words, earlier, self.stance)
             return reply
         assert self.llm is not None  # _configure refuses a model backend without a client
-        message = roles.persuadee_message(self._claim, self._argument, STANCES[self.stance], self.dialogue, argument)
+        message = roles.persuadee_message(
+            self._claim, self._argument, STANCES[self.stance], self.dialogue, argument
+        )
         value, call = await self.llm.complete_json(
             PERSUADEE_ROLE, roles.PERSUADEE_SYSTEM_PROMPT, message, roles.validate_persuadee
         )

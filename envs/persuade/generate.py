@@ -50,7 +50,11 @@ def design_problems(item: dict[str, Any]) -> list[str]:
     for i, text in enumerate(counter):
         rubric = score_argument(text, topic, counter[:i])
         if rubric.met != 5:
-            unmet = [k for k in ("relevance", "evidence", "rebuttal", "substance", "novelty") if not getattr(rubric, k)]
+            unmet = [
+                k
+                for k in ("relevance", "evidence", "rebuttal", "substance", "novelty")
+                if not getattr(rubric, k)
+            ]
             problems.append(f"{name}: counterargument {i + 1} misses {unmet}")
     return problems
 

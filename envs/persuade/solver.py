@@ -17,7 +17,7 @@ from userrl.envs.text import content_words
 
 #: Generic rebuttals: {claim} is the claim (lower-cased first letter), {quote} a sentence of the argument.
 TEMPLATES: tuple[str, ...] = (
-    'You argue that {claim}, but the case rests on assumptions that deserve a closer look. You point to '
+    "You argue that {claim}, but the case rests on assumptions that deserve a closer look. You point to "
     '"{quote}", yet research on similar questions shows that outcomes depend heavily on context, and the '
     "evidence behind such claims is usually far more mixed than a single example suggests. A conclusion "
     "this strong needs stronger support.",

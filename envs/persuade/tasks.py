@@ -151,7 +151,9 @@ def load_userrl_tasks(split: str, data_root: str | Path) -> list[Task]:
             raise ValueError(f"{exc} (the persuade env is built from each row's claim and argument)") from exc
         row_split = (row.get("extra_info") or {}).get("split") or split
         try:
-            tasks.append(Task(GYM, record["id"], list(row["prompt"]), record, split=row_split, source="userrl"))
+            tasks.append(
+                Task(GYM, record["id"], list(row["prompt"]), record, split=row_split, source="userrl")
+            )
         except ValueError as exc:
             raise ValueError(f"{path}: row {index} ({record['id']!r}): {exc}") from exc
     return tasks

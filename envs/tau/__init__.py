@@ -1,7 +1,13 @@
 """The Tau gym: customer service with τ-bench retail/airline tools and a simulated customer (GYMS.md section 5)."""
 
 from userrl.envs.registry import register_gym
-from userrl.envs.tau.database import DomainData, EpisodeDB, builtin_domain, find_tau_data_root, tau_bench_domain
+from userrl.envs.tau.database import (
+    DomainData,
+    EpisodeDB,
+    builtin_domain,
+    find_tau_data_root,
+    tau_bench_domain,
+)
 from userrl.envs.tau.env import TauEnv
 from userrl.envs.tau.hashing import state_hash, to_hashable
 from userrl.envs.tau.solver import TauSolver, solve_episode

@@ -47,7 +47,14 @@ PAYMENT_WORDS = ("payment",)
 
 # Longest alternatives first, so "you are" wins over "you" and "yourself" over "your".
 _SECOND_PERSON = re.compile(r"\b(yourself|you\s+are|you['’]re|you['’]ve|your|you)\b", re.IGNORECASE)
-_FIRST_PERSON = {"yourself": "myself", "you are": "I am", "you're": "I'm", "you've": "I've", "your": "my", "you": "I"}
+_FIRST_PERSON = {
+    "yourself": "myself",
+    "you are": "I am",
+    "you're": "I'm",
+    "you've": "I've",
+    "your": "my",
+    "you": "I",
+}
 
 
 def to_first_person(sentence: str) -> str:

@@ -107,7 +107,9 @@ class TauEnv(MultiTurnEnv):
         self.tool_errors = 0
         self.customer: ScriptedCustomer | None = None
         if self.backend == "scripted":
-            user = self.db.get("users", data["user_id"]) if self.db.contains("users", data["user_id"]) else None
+            user = (
+                self.db.get("users", data["user_id"]) if self.db.contains("users", data["user_id"]) else None
+            )
             facts = CustomerFacts.from_task(data["user_id"], user, data["actions"])
             self.customer = ScriptedCustomer(data["instruction"], facts)
         # The reset text is never shown to the agent (its prompt already holds the customer's opening).

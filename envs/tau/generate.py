@@ -43,10 +43,7 @@ def validate_records(db: dict[str, dict[str, Any]], records: list[dict[str, Any]
 def generate(seed: int = GENERATOR_SEED) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
     """The builtin database and its validated tasks (each task with domain/database fields)."""
     db = generate_database(seed)
-    records = [
-        {**r, "domain": "retail", "database": DB_BUILTIN}
-        for r in generate_task_records(db, seed)
-    ]
+    records = [{**r, "domain": "retail", "database": DB_BUILTIN} for r in generate_task_records(db, seed)]
     validate_records(db, records)
     return db, records
 

@@ -23,20 +23,44 @@ PERSONAS = (
     "busy and brief",
     "calm and logical",
 )
-CANCEL_REASONS = {"no longer needed": "you no longer need it", "ordered by mistake": "you ordered it by mistake"}
+CANCEL_REASONS = {
+    "no longer needed": "you no longer need it",
+    "ordered by mistake": "you ordered it by mistake",
+}
 OPENINGS = {
-    "cancel": ("Hi, I'd like to cancel an order I placed recently.", "Hello, can you help me cancel an order?"),
+    "cancel": (
+        "Hi, I'd like to cancel an order I placed recently.",
+        "Hello, can you help me cancel an order?",
+    ),
     "order_address": (
         "Hello, I need to change the shipping address on one of my orders.",
         "Hi, one of my orders is going to the wrong address.",
     ),
-    "user_address": ("Hi, I moved recently and need to update my address.", "Hello, I'd like to change the address on my account."),
-    "payment": ("Hi there, can I change how I'm paying for an order?", "Hello, I want to use a different payment method for an order."),
-    "items": ("Hi, I want to change an item in an order that hasn't shipped yet.", "Hello, I'd like to swap something in my pending order."),
-    "return": ("Hello, I'd like to return something I received.", "Hi, I need to send back an item from a delivered order."),
-    "exchange": ("Hi, I received my order and want to exchange an item.", "Hello, something I got isn't quite right and I'd like a different one."),
+    "user_address": (
+        "Hi, I moved recently and need to update my address.",
+        "Hello, I'd like to change the address on my account.",
+    ),
+    "payment": (
+        "Hi there, can I change how I'm paying for an order?",
+        "Hello, I want to use a different payment method for an order.",
+    ),
+    "items": (
+        "Hi, I want to change an item in an order that hasn't shipped yet.",
+        "Hello, I'd like to swap something in my pending order.",
+    ),
+    "return": (
+        "Hello, I'd like to return something I received.",
+        "Hi, I need to send back an item from a delivered order.",
+    ),
+    "exchange": (
+        "Hi, I received my order and want to exchange an item.",
+        "Hello, something I got isn't quite right and I'd like a different one.",
+    ),
     "info": ("Hi, I have a question about one of my orders.", "Hello, could you look something up for me?"),
-    "combo": ("Hi, I need help with a couple of my orders.", "Hello, I have two things to sort out with my orders."),
+    "combo": (
+        "Hi, I need help with a couple of my orders.",
+        "Hello, I have two things to sort out with my orders.",
+    ),
 }
 #: Tasks per kind (80 in all).
 KIND_COUNTS = {
@@ -91,18 +115,27 @@ class TaskFactory:
         user = self.db["users"][user_id]
         name = user["name"]
         if self.rnd.random() < 0.5:
-            return f"Your email is {user['email']}.", {"name": "find_user_id_by_email", "kwargs": {"email": user["email"]}}
+            return f"Your email is {user['email']}.", {
+                "name": "find_user_id_by_email",
+                "kwargs": {"email": user["email"]},
+            }
         sentence = f"Your name is {name['first_name']} {name['last_name']} and your zip code is {user['address']['zip']}."
         action = {
             "name": "find_user_id_by_name_zip",
-            "kwargs": {"first_name": name["first_name"], "last_name": name["last_name"], "zip": user["address"]["zip"]},
+            "kwargs": {
+                "first_name": name["first_name"],
+                "last_name": name["last_name"],
+                "zip": user["address"]["zip"],
+            },
         }
         return sentence, action
 
     def _persona(self) -> str:
         return f"You are {self.rnd.choice(PERSONAS)}."
 
-    def _orders(self, status: str, kind: str, check: Callable[[dict[str, Any]], bool] = lambda o: True) -> list[str]:
+    def _orders(
+        self, status: str, kind: str, check: Callable[[dict[str, Any]], bool] = lambda o: True
+    ) -> list[str]:
         """Ids of orders with a status not yet used by this kind of task, in file order."""
         return [
             oid
@@ -117,7 +150,9 @@ class TaskFactory:
         self.used.add((kind, oid))
         return oid
 
-    def _task(self, kind: str, user_id: str, sentences: list[str], actions: list[dict[str, Any]], outputs: list[str]) -> dict[str, Any]:
+    def _task(
+        self, kind: str, user_id: str, sentences: list[str], actions: list[dict[str, Any]], outputs: list[str]
+    ) -> dict[str, Any]:
         identity, lookup = self._identity(user_id)
         return {
             "kind": kind,
@@ -171,7 +206,10 @@ class TaskFactory:
             f"You want the shipping address of order {oid} changed.",
             f"The new address is {address_text(new)}.",
         ]
-        kwargs = {"order_id": oid, **{k: new[k] for k in ("address1", "address2", "city", "state", "country", "zip")}}
+        kwargs = {
+            "order_id": oid,
+            **{k: new[k] for k in ("address1", "address2", "city", "state", "country", "zip")},
+        }
         actions = [
             {"name": "get_order_details", "kwargs": {"order_id": oid}},
             {"name": "modify_pending_order_address", "kwargs": kwargs},
@@ -188,7 +226,10 @@ class TaskFactory:
             f"Your new address is {address_text(new)}.",
             "You do not want to change the address of any existing order.",
         ]
-        kwargs = {"user_id": user_id, **{k: new[k] for k in ("address1", "address2", "city", "state", "country", "zip")}}
+        kwargs = {
+            "user_id": user_id,
+            **{k: new[k] for k in ("address1", "address2", "city", "state", "country", "zip")},
+        }
         actions = [
             {"name": "get_user_details", "kwargs": {"user_id": user_id}},
             {"name": "modify_user_address", "kwargs": kwargs},
@@ -213,7 +254,10 @@ class TaskFactory:
         actions = [
             {"name": "get_order_details", "kwargs": {"order_id": oid}},
             {"name": "get_user_details", "kwargs": {"user_id": order["user_id"]}},
-            {"name": "modify_pending_order_payment", "kwargs": {"order_id": oid, "payment_method_id": new_id}},
+            {
+                "name": "modify_pending_order_payment",
+                "kwargs": {"order_id": oid, "payment_method_id": new_id},
+            },
         ]
         return self._task("payment", order["user_id"], sentences, actions, [])
 
@@ -233,9 +277,7 @@ class TaskFactory:
         new = self.rnd.choice(others)
         diff = round(new["price"] - old["price"], 2)
         methods = self._user_methods(order)
-        usable = [
-            mid for mid, m in methods.items() if m["source"] != "gift_card" or m["balance"] >= diff
-        ]
+        usable = [mid for mid, m in methods.items() if m["source"] != "gift_card" or m["balance"] >= diff]
         if kind == "exchange":  # keep it simple for the customer: the original payment method when usable
             original = order["payment_history"][0]["payment_method_id"]
             usable = [original] if original in usable else usable
@@ -299,7 +341,11 @@ class TaskFactory:
             {"name": "get_order_details", "kwargs": {"order_id": oid}},
             {
                 "name": "return_delivered_order_items",
-                "kwargs": {"order_id": oid, "item_ids": [i["item_id"] for i in chosen], "payment_method_id": method_id},
+                "kwargs": {
+                    "order_id": oid,
+                    "item_ids": [i["item_id"] for i in chosen],
+                    "payment_method_id": method_id,
+                },
             },
         ]
         return self._task("return", order["user_id"], sentences, actions, outputs)
@@ -334,7 +380,10 @@ class TaskFactory:
                 f"You want to cancel order {cancel_id} because {CANCEL_REASONS[reason]}.",
                 f"You also want order {move_id} shipped to {address_text(new)}.",
             ]
-            kwargs = {"order_id": move_id, **{k: new[k] for k in ("address1", "address2", "city", "state", "country", "zip")}}
+            kwargs = {
+                "order_id": move_id,
+                **{k: new[k] for k in ("address1", "address2", "city", "state", "country", "zip")},
+            }
             actions = [
                 {"name": "get_user_details", "kwargs": {"user_id": user_id}},
                 {"name": "cancel_pending_order", "kwargs": {"order_id": cancel_id, "reason": reason}},

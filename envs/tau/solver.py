@@ -99,7 +99,9 @@ class TauSolver:
                 first_write = False
                 if confirm:
                     changes = "; ".join(describe_change(a) for a in writes)
-                    plan.append(("action", f"Here is what I will do: {changes}. Would you like me to proceed?"))
+                    plan.append(
+                        ("action", f"Here is what I will do: {changes}. Would you like me to proceed?")
+                    )
             plan.append(("answer", tool_call_content(action)))
         self.closing = self._closing(data["outputs"], rng)
         plan.append(("action", self.closing))

@@ -143,7 +143,9 @@ def _read_json(path: Path) -> Any:
         raise ValueError(f"{path}: not valid JSON ({exc})") from exc
 
 
-def load_builtin_tasks(split: str = "train", domain: str | None = None, path: str | Path | None = None) -> list[Task]:
+def load_builtin_tasks(
+    split: str = "train", domain: str | None = None, path: str | Path | None = None
+) -> list[Task]:
     """Our own generated retail tasks (tau/data/tasks.json) of one split."""
     if split not in ("train", "test"):
         raise ValueError(f"builtin tau tasks have splits 'train' and 'test', not {split!r}")
@@ -159,7 +161,9 @@ def load_builtin_tasks(split: str = "train", domain: str | None = None, path: st
         if raw.get("split") not in ("train", "test"):
             raise ValueError(f"{path}: item {data['id']!r} needs split 'train' or 'test'")
         if raw["split"] == split:
-            tasks.append(Task(GYM, data["id"], builtin_prompt(data["obs"]), data, split=split, source="builtin"))
+            tasks.append(
+                Task(GYM, data["id"], builtin_prompt(data["obs"]), data, split=split, source="builtin")
+            )
     return tasks
 
 
@@ -246,7 +250,9 @@ def load_userrl_tasks(
     for index, row in enumerate(frame.filter(pl.col("data_source") == DATA_SOURCE).iter_rows(named=True)):
         item_id = _create_kwargs_id(row)
         if item_id not in items:
-            raise ValueError(f"{path}: row {index} has tau id {item_id!r}, which is not in the UserRL tau JSON")
+            raise ValueError(
+                f"{path}: row {index} has tau id {item_id!r}, which is not in the UserRL tau JSON"
+            )
         row_domain = domain_of(item_id)
         if domain is not None and row_domain != domain:
             continue

@@ -67,7 +67,9 @@ def test_the_bottom_covers_every_statement_and_the_surface_does_not() -> None:
         keys = [roles.statement_keys(r["statement"], surface_words) for r in s["rubric"]]
         assert roles.scripted_grade(keys, s["bottom"]) == [1.0] * len(keys), s["title"]
         weights = [r["weight"] for r in s["rubric"]]
-        from_surface = sum(w * x for w, x in zip(weights, roles.scripted_grade(keys, s["surface"]), strict=True))
+        from_surface = sum(
+            w * x for w, x in zip(weights, roles.scripted_grade(keys, s["surface"]), strict=True)
+        )
         assert from_surface < 0.5, s["title"]  # restating the puzzle must not solve it
 
 
@@ -91,7 +93,9 @@ def test_builtin_loader() -> None:
     task = test[0]
     assert task.gym == "turtle" and task.source == "builtin" and task.item_key == task.data["title"]
     assert task.prompt == builtin_prompt(task.data["title"], task.data["surface"])
-    assert task.prompt[1]["content"].startswith(f"Title: {task.data['title']}\nSurface: {task.data['surface']}\n")
+    assert task.prompt[1]["content"].startswith(
+        f"Title: {task.data['title']}\nSurface: {task.data['surface']}\n"
+    )
     assert set(task.data) == {"id", "title", "surface", "bottom", "rubric", "key_questions"}
     assert [t.item_key for t in load_tasks("turtle", "test")] == [t.item_key for t in test]
 
@@ -150,7 +154,10 @@ def test_solver_is_deterministic_and_varies_with_the_rng() -> None:
 
 def test_solver_finishes_when_the_story_falls_short() -> None:
     data = dict(load_turtle_tasks("test")[0].data)
-    data["rubric"] = [*data["rubric"][:-1], {"statement": "Zebras danced.", "weight": data["rubric"][-1]["weight"]}]
+    data["rubric"] = [
+        *data["rubric"][:-1],
+        {"statement": "Zebras danced.", "weight": data["rubric"][-1]["weight"]},
+    ]
     task = Task("turtle", data["title"], builtin_prompt(data["title"], data["surface"]), data)
     steps = solve_episode(make_env("turtle"), task, np.random.default_rng(1))
     assert [s[0] for s in steps[-2:]] == ["answer", "finish"] and 0 < steps[-2][3] < 1
@@ -178,7 +185,10 @@ STORY = {
     "new_title": "The Bar",
     "new_surface": "A man asks for water; the bartender points a gun at him.",
     "new_bottom": "The man had hiccups and the scare cured them.",
-    "evaluation": [{"statement": "The man had hiccups.", "score": 0.7}, {"statement": "It cured.", "score": 0.3}],
+    "evaluation": [
+        {"statement": "The man had hiccups.", "score": 0.7},
+        {"statement": "It cured.", "score": 0.3},
+    ],
     "evaluation_thought": "",
     "judgment": "Yes",
     "judgment_thought": "",
@@ -196,7 +206,9 @@ def _fake_root(tmp_path: Path, stories: object, titles: list[str], split: str = 
             "extra_info": {
                 "split": split,
                 "index": i,
-                "tools_kwargs": {"interact_with_env": {"create_kwargs": {"env_name": "TurtleGym", "title": t}}},
+                "tools_kwargs": {
+                    "interact_with_env": {"create_kwargs": {"env_name": "TurtleGym", "title": t}}
+                },
             },
         }
         for i, t in enumerate(titles)
@@ -211,13 +223,19 @@ def test_userrl_loader_on_a_fake_folder(tmp_path: Path) -> None:
     root = _fake_root(tmp_path, {"5": STORY, "6": dict(STORY, new_title="Other", judgment="No")}, ["the bar"])
     (task,) = load_tasks("turtle", "train", source="userrl", data_root=root)
     assert task.item_key == "the bar" and task.source == "userrl" and task.split == "train"
-    assert task.prompt == [{"role": "system", "content": "sys"}, {"role": "user", "content": "Title: the bar"}]
+    assert task.prompt == [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "Title: the bar"},
+    ]
     assert task.data == {
         "id": "5",
         "title": "The Bar",
         "surface": STORY["new_surface"],
         "bottom": STORY["new_bottom"],
-        "rubric": [{"statement": "The man had hiccups.", "weight": 0.7}, {"statement": "It cured.", "weight": 0.3}],
+        "rubric": [
+            {"statement": "The man had hiccups.", "weight": 0.7},
+            {"statement": "It cured.", "weight": 0.3},
+        ],
         "key_questions": [],
     }
     env = make_env("turtle", task)
@@ -267,7 +285,9 @@ def test_userrl_loader_unknown_split(tmp_path: Path) -> None:
 
 @pytest.mark.shared_data
 @needs_shared_data
-@pytest.mark.parametrize(("split", "count"), [("train", 423), ("test", 48), ("alltrain", 423), ("alltest", 48)])
+@pytest.mark.parametrize(
+    ("split", "count"), [("train", 423), ("test", 48), ("alltrain", 423), ("alltest", 48)]
+)
 def test_every_original_row_loads_and_resolves(split: str, count: int) -> None:
     tasks = load_turtle_tasks(split, "userrl", DATA_ROOT)
     assert len(tasks) == count

@@ -23,7 +23,9 @@ from userrl.envs.turtle import roles
 from userrl.envs.turtle.env import TurtleEnv
 from userrl.envs.turtle.tasks import builtin_prompt
 
-SURFACE = "A man walks into a bar and asks for water. The bartender points a gun at him, and the man thanks him."
+SURFACE = (
+    "A man walks into a bar and asks for water. The bartender points a gun at him, and the man thanks him."
+)
 BOTTOM = (
     "The man had hiccups. The bartender scared him with the gun to cure the hiccups. "
     "The hiccups stopped, so the man thanked him and left."
@@ -144,7 +146,11 @@ def test_answers_pay_the_increase_of_the_best_score() -> None:
         True,
     )
     feedback, reward, terminated, _, info = step(env, f"[answer] {NONSENSE}")
-    assert (feedback, reward, terminated) == ("Your story does not cover any of the key points yet.", 0.0, False)
+    assert (feedback, reward, terminated) == (
+        "Your story does not cover any of the key points yet.",
+        0.0,
+        False,
+    )
     assert info["current_score"] == 0.0 and info["best_score"] == pytest.approx(0.75)
     feedback, reward, terminated, truncated, info = step(env, f"[answer] {FULL}")
     assert feedback == "\n".join([HEADER, *(f"- {s}" for s, _ in RUBRIC), MORE])
@@ -161,7 +167,11 @@ def test_a_repeated_answer_earns_nothing() -> None:
 
 def test_empty_answer_covers_nothing() -> None:
     feedback, reward, terminated, _, info = step(started(), "[answer]")
-    assert (feedback, reward, terminated) == ("Your story does not cover any of the key points yet.", 0.0, False)
+    assert (feedback, reward, terminated) == (
+        "Your story does not cover any of the key points yet.",
+        0.0,
+        False,
+    )
     assert info["judge_success"] is True
 
 
@@ -170,7 +180,11 @@ def test_grader_keys_drop_surface_and_generic_words() -> None:
     keys = roles.statement_keys("The story reveals that the protagonist had hiccups.", surface_words)
     assert keys == {"hiccup"}
     # A statement made only of surface and generic words falls back to all of its content words.
-    assert roles.statement_keys("The story reveals the bartender.", surface_words) == {"story", "reveal", "bartender"}
+    assert roles.statement_keys("The story reveals the bartender.", surface_words) == {
+        "story",
+        "reveal",
+        "bartender",
+    }
 
 
 @pytest.mark.parametrize(
@@ -321,7 +335,10 @@ def test_keyword_validation() -> None:
     ("reply", "expected"),
     [
         ('{"thought": "yes", "response": "Yes"}', "Yes"),
-        ('<think>The bottom says hiccups. {"response": "No"}</think>{"thought": "t", "response": "yes."}', "Yes"),
+        (
+            '<think>The bottom says hiccups. {"response": "No"}</think>{"thought": "t", "response": "yes."}',
+            "Yes",
+        ),
         ('```json\n{"thought": "t", "response": "NO, not at all"}\n```', "No"),
         ('Sure! Here it is: {"thought": null, "response": "maybe"}', "Maybe"),
         ('{"thought": "t", "response": "Perhaps"}', "Maybe"),
@@ -478,7 +495,9 @@ _actions = st.one_of(
     ),
     st.builds(
         lambda words: "[answer] " + " ".join(words),
-        st.lists(st.sampled_from(["hiccups", "scared", "cure", "stopped", "thanked", "gun", "x"]), max_size=8),
+        st.lists(
+            st.sampled_from(["hiccups", "scared", "cure", "stopped", "thanked", "gun", "x"]), max_size=8
+        ),
     ),
 )
 

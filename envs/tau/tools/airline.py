@@ -71,11 +71,15 @@ def search_direct_flight(db: EpisodeDB, origin: str, destination: str, date: str
     """Direct flights on a date with status 'available', with that date's seats and prices."""
     results = []
     for flight in db.values("flights"):
-        if flight["origin"] == origin and flight["destination"] == destination:
-            if date in flight["dates"] and flight["dates"][date]["status"] == "available":
-                result = _without_dates(flight)
-                result.update(flight["dates"][date])
-                results.append(result)
+        if (
+            flight["origin"] == origin
+            and flight["destination"] == destination
+            and date in flight["dates"]
+            and flight["dates"][date]["status"] == "available"
+        ):
+            result = _without_dates(flight)
+            result.update(flight["dates"][date])
+            results.append(result)
     return dumps(results)
 
 
@@ -90,23 +94,22 @@ def search_onestop_flight(db: EpisodeDB, origin: str, destination: str, date: st
             if not (flight2["destination"] == destination and flight1["destination"] == flight2["origin"]):
                 continue
             # Not zero-padded, and the month is fixed: faithful to upstream.
-            date2 = (
-                f"2024-05-{int(date[-2:]) + 1}" if "+1" in flight1["scheduled_arrival_time_est"] else date
-            )
+            date2 = f"2024-05-{int(date[-2:]) + 1}" if "+1" in flight1["scheduled_arrival_time_est"] else date
             if flight1["scheduled_arrival_time_est"] > flight2["scheduled_departure_time_est"]:
                 continue
-            if date in flight1["dates"] and date2 in flight2["dates"]:
-                if (
-                    flight1["dates"][date]["status"] == "available"
-                    and flight2["dates"][date2]["status"] == "available"
-                ):
-                    leg1 = _without_dates(flight1)
-                    leg1.update(flight1["dates"][date])
-                    leg1["date"] = date
-                    leg2 = _without_dates(flight2)
-                    leg2.update(flight2["dates"][date])  # `date`, not `date2`: upstream quirk
-                    leg2["date"] = date2
-                    results.append([leg1, leg2])
+            if (
+                date in flight1["dates"]
+                and date2 in flight2["dates"]
+                and flight1["dates"][date]["status"] == "available"
+                and flight2["dates"][date2]["status"] == "available"
+            ):
+                leg1 = _without_dates(flight1)
+                leg1.update(flight1["dates"][date])
+                leg1["date"] = date
+                leg2 = _without_dates(flight2)
+                leg2.update(flight2["dates"][date])  # `date`, not `date2`: upstream quirk
+                leg2["date"] = date2
+                results.append([leg1, leg2])
     return dumps(results)
 
 
@@ -302,7 +305,9 @@ def update_reservation_baggages(
     return dumps(reservation)
 
 
-def update_reservation_passengers(db: EpisodeDB, reservation_id: str, passengers: list[dict[str, Any]]) -> str:
+def update_reservation_passengers(
+    db: EpisodeDB, reservation_id: str, passengers: list[dict[str, Any]]
+) -> str:
     """Replace the passenger list (same length required)."""
     if not db.contains("reservations", reservation_id):
         return "Error: reservation not found"
@@ -320,7 +325,11 @@ def send_certificate(db: EpisodeDB, user_id: str, amount: float) -> str:
     for payment_id in CERTIFICATE_IDS:
         if payment_id not in db.get("users", user_id)["payment_methods"]:
             user = db.mutable("users", user_id)
-            user["payment_methods"][payment_id] = {"source": "certificate", "amount": amount, "id": payment_id}
+            user["payment_methods"][payment_id] = {
+                "source": "certificate",
+                "amount": amount,
+                "id": payment_id,
+            }
             return f"Certificate {payment_id} added to user {user_id} with amount {amount}."
     # Upstream returns nothing here (and crashes); we report it and change nothing.
     return "Error: no certificate id left for this user"

@@ -40,7 +40,9 @@ class Tool:
                 "description": self.description,
                 "parameters": {
                     "type": "object",
-                    "properties": {p.name: {"type": p.type, "description": p.description} for p in self.params},
+                    "properties": {
+                        p.name: {"type": p.type, "description": p.description} for p in self.params
+                    },
                     "required": [p.name for p in self.params],
                 },
             },

@@ -35,10 +35,15 @@ def _guard(value: Any) -> Any:
 
 
 def _power(base: Any, exponent: Any) -> Any:
-    if isinstance(base, int) and isinstance(exponent, int) and exponent > 0 and abs(base) > 1:
-        # Estimate the size first: computing a huge power would take minutes before failing.
-        if (abs(base).bit_length() - 1) * exponent > MAX_INT_BITS:
-            raise OverflowError("int too large to convert to float")
+    # Estimate the size first: computing a huge power would take minutes before failing.
+    if (
+        isinstance(base, int)
+        and isinstance(exponent, int)
+        and exponent > 0
+        and abs(base) > 1
+        and (abs(base).bit_length() - 1) * exponent > MAX_INT_BITS
+    ):
+        raise OverflowError("int too large to convert to float")
     return operator.pow(base, exponent)
 
 

@@ -116,7 +116,9 @@ def _count_check(order: dict[str, Any], item_ids: list[Any]) -> str | None:
     return None
 
 
-def _price_difference(db: EpisodeDB, order: dict[str, Any], item_ids: list[Any], new_item_ids: list[Any]) -> Any:
+def _price_difference(
+    db: EpisodeDB, order: dict[str, Any], item_ids: list[Any], new_item_ids: list[Any]
+) -> Any:
     """Sum of (new price - old price) in pair order, starting from the int 0; an error string on a bad id."""
     diff: Any = 0
     for item_id, new_item_id in zip(item_ids, new_item_ids, strict=False):
@@ -143,7 +145,9 @@ def cancel_pending_order(db: EpisodeDB, order_id: str, reason: str) -> str:
     refunds = []
     for payment in order["payment_history"]:
         payment_id = payment["payment_method_id"]
-        refunds.append({"transaction_type": "refund", "amount": payment["amount"], "payment_method_id": payment_id})
+        refunds.append(
+            {"transaction_type": "refund", "amount": payment["amount"], "payment_method_id": payment_id}
+        )
         if "gift_card" in payment_id:  # test by id: gift cards are refunded immediately
             method = db.mutable("users", order["user_id"])["payment_methods"][payment_id]
             method["balance"] += payment["amount"]
@@ -263,7 +267,9 @@ def modify_pending_order_payment(db: EpisodeDB, order_id: str, payment_method_id
     return dumps(order)
 
 
-def return_delivered_order_items(db: EpisodeDB, order_id: str, item_ids: list[str], payment_method_id: str) -> str:
+def return_delivered_order_items(
+    db: EpisodeDB, order_id: str, item_ids: list[str], payment_method_id: str
+) -> str:
     """Request a return of items of a delivered order (no payment changes yet)."""
     if not db.contains("orders", order_id):
         return "Error: order not found"
@@ -272,7 +278,10 @@ def return_delivered_order_items(db: EpisodeDB, order_id: str, item_ids: list[st
         return "Error: non-delivered order cannot be returned"
     if payment_method_id not in db.get("users", order["user_id"])["payment_methods"]:
         return "Error: payment method not found"
-    if "gift_card" not in payment_method_id and payment_method_id != order["payment_history"][0]["payment_method_id"]:
+    if (
+        "gift_card" not in payment_method_id
+        and payment_method_id != order["payment_history"][0]["payment_method_id"]
+    ):
         return "Error: payment method should be either the original payment method or a gift card"
     all_item_ids = [item["item_id"] for item in order["items"]]
     for item_id in item_ids:
@@ -332,7 +341,11 @@ def retail_tools() -> list[Tool]:
             "the order after the cancellation.",
             (
                 ORDER_ID,
-                Param("reason", "string", "Why the order is cancelled: 'no longer needed' or 'ordered by mistake'."),
+                Param(
+                    "reason",
+                    "string",
+                    "Why the order is cancelled: 'no longer needed' or 'ordered by mistake'.",
+                ),
             ),
             writes=True,
         ),

@@ -1,0 +1,110 @@
+"""The FSDP2 learner group: sharding, equivalence of 1 and 2 learners, and learning that really happens."""
+
+import json
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+from ray.train import ScalingConfig
+from ray.train.torch import TorchTrainer
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from userrl.config import parse_config
+from userrl.engines.base import GenerationRequest
+from userrl.engines.hf import HFEngine
+from userrl.learner import Learner
+from userrl.trajectory import Trajectory, TurnRecord
+
+pytestmark = pytest.mark.slow
+
+
+def _batch(length: int = 32) -> list[Trajectory]:
+    gen = torch.Generator().manual_seed(0)
+    trajectories = []
+    for i, reward in enumerate([1.0, 0.0, 0.5, 0.0]):
+        t = Trajectory(uid=f"u{i}", group_id=f"g{i // 2}", env_name="function", item_key=f"k{i // 2}")
+        t.append(torch.randint(5, 500, (length - 4,), generator=gen).tolist(), 1)
+        t.turn_starts, t.prompt_len = [0], length - 4
+        t.append(torch.randint(5, 500, (4,), generator=gen).tolist(), 2, sampled=True, turn=0, logprobs=[-1.0] * 4)
+        t.turns = [TurnRecord(reward=reward, executed=True, n_sampled=4)]
+        trajectories.append(t)
+    return trajectories
+
+
+def _update_loop(loop_config):
+    config = parse_config({"training": {"lr": 1e-3, "micro_batch_tokens": 64}})
+    learner = Learner(loop_config["model"], config, pad_token_id=0)
+    local = sum(p.to_local().numel() for p in learner.model.parameters())
+    total = sum(p.numel() for p in learner.model.parameters())
+    batch = _batch()
+    advantages, _ = learner.compute_advantages(batch)
+    metrics = learner.update(batch, advantages)
+    state = learner.full_state_dict()
+    fractions = [None] * learner.world_size
+    dist.all_gather_object(fractions, local / total)
+    if learner.rank == 0:
+        torch.save(state, loop_config["out"] + ".pt")
+        with open(loop_config["out"] + ".json", "w") as f:
+            json.dump({"fractions": fractions, "metrics": metrics}, f)
+
+
+def _run(model, out, workers):
+    TorchTrainer(_update_loop, train_loop_config={"model": model, "out": out},
+                 scaling_config=ScalingConfig(num_workers=workers, resources_per_worker={"CPU": 1})).fit()
+    return torch.load(out + ".pt"), json.load(open(out + ".json"))
+
+
+def test_two_learners_shard_and_match_one(ray_local, tiny_model, tmp_path):
+    one_state, one = _run(tiny_model, str(tmp_path / "one"), 1)
+    two_state, two = _run(tiny_model, str(tmp_path / "two"), 2)
+    assert one["fractions"] == [1.0]
+    assert all(0.4 < f < 0.6 for f in two["fractions"]) and sum(two["fractions"]) == pytest.approx(1.0)
+    assert one_state.keys() == two_state.keys()
+    original = LlamaForCausalLM.from_pretrained(tiny_model).state_dict()
+    moved = 0
+    for key in one_state:
+        torch.testing.assert_close(one_state[key], two_state[key], atol=2e-6, rtol=1e-5)
+        moved += int(not torch.equal(one_state[key], original[key]))
+    assert moved > 0  # the update changed the weights
+    assert one["metrics"]["loss"] == pytest.approx(two["metrics"]["loss"], abs=1e-5)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_grpo_raises_the_reward_of_a_token_level_task(tmp_path):
+    """A one-turn task rewarding token 5: sign, masking and broadcast must all be right for this to learn."""
+    torch.manual_seed(0)
+    path = tmp_path / "tiny16"
+    LlamaForCausalLM(LlamaConfig(vocab_size=16, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                 num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True,
+                                 pad_token_id=0)).save_pretrained(path)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    try:
+        config = parse_config({"training": {"lr": 1e-2, "micro_batch_tokens": 4096, "mean_score_round": None}})
+        learner = Learner(str(path), config, pad_token_id=0)
+        engine = HFEngine(str(path))
+        prompt, means = [1, 2, 3], []
+        for iteration in range(10):
+            requests = [GenerationRequest(prompt, 6, seed=iteration * 100 + i) for i in range(32)]
+            batch = []
+            for i, out in enumerate(engine.generate(requests)):
+                t = Trajectory(uid=f"u{i}", group_id=f"g{i // 8}", env_name="toy", item_key=f"k{i // 8}")
+                t.append(prompt, 1)
+                t.prompt_len, t.turn_starts = len(prompt), [0]
+                t.append(out.token_ids, 2, sampled=True, turn=0, logprobs=out.logprobs)
+                reward = sum(tok == 5 for tok in out.token_ids) / len(out.token_ids)
+                t.turns = [TurnRecord(reward=reward, executed=True, n_sampled=len(out.token_ids))]
+                batch.append(t)
+            means.append(sum(t.episode_return for t in batch) / len(batch))
+            advantages, _ = learner.compute_advantages(batch)
+            learner.update(batch, advantages)
+            engine.load_state_dict(learner.full_state_dict())
+    finally:
+        dist.destroy_process_group()
+    assert means[0] < 0.2
+    assert sum(means[-3:]) / 3 > means[0] + 0.2, means
