@@ -122,13 +122,16 @@ class GRPOMultiTurn:
         self.replicas, self.runners = self._start_actors()
 
     def _setup_ray(self) -> None:
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no weight-loading bars from every actor
         if ray.is_initialized():
             return
+        runtime_env = {"env_vars": {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "TOKENIZERS_PARALLELISM": "false"}}
         address = self.config.ray.address or os.environ.get("RAY_ADDRESS")
         if address:
-            ray.init(address=address, logging_config=_QUIET)
+            ray.init(address=address, logging_config=_QUIET, runtime_env=runtime_env)
         else:
-            ray.init(num_cpus=self.config.ray.num_cpus or _ray_cpus(self.config), logging_config=_QUIET)
+            ray.init(num_cpus=self.config.ray.num_cpus or _ray_cpus(self.config), logging_config=_QUIET,
+                     runtime_env=runtime_env)
             self._owns_ray = True
 
     def _start_actors(self) -> tuple[list[Any], list[Any]]:

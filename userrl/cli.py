@@ -1,4 +1,4 @@
-"""`userrl` command line: train, sft, evaluate (`--config file.yaml` plus dotted overrides)."""
+"""`userrl` command line: train, sft, evaluate (`--config file.yaml` plus dotted overrides), play."""
 
 from __future__ import annotations
 
@@ -85,6 +85,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_play(args: argparse.Namespace) -> int:
+    """Play the agent's side of a gym in the terminal."""
+    from userrl.play import play
+
+    play(args.gym, split=args.split, index=args.index, seed=args.seed, source=args.source,
+         data_root=args.data_root, console=console)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `userrl` command."""
     parser = argparse.ArgumentParser(prog="userrl", description=__doc__)
@@ -96,6 +105,14 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--config", help="YAML config file")
         p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. training.lr=1e-6")
         p.set_defaults(func=func)
+    play_parser = sub.add_parser("play", help="play the agent's side of a gym in the terminal")
+    play_parser.add_argument("gym", help="gym name, e.g. function, travel, turtle")
+    play_parser.add_argument("--split", default="test")
+    play_parser.add_argument("--index", type=int, help="task index (default: a random one)")
+    play_parser.add_argument("--seed", type=int, default=0)
+    play_parser.add_argument("--source", default="builtin", choices=["builtin", "userrl"])
+    play_parser.add_argument("--data-root", help="original UserRL data folder (source userrl)")
+    play_parser.set_defaults(func=cmd_play)
     sub.choices["train"].add_argument("--resume", help="checkpoint folder to resume from")
     sub.choices["evaluate"].add_argument("--checkpoint", help="checkpoint folder to evaluate")
     return parser

@@ -106,7 +106,7 @@ class TrainingConfig(_Section):
     use_kl_loss: bool = False
     kl_loss_coef: float = 0.001
     kl_loss_type: Literal["kl", "abs", "mse", "low_var_kl"] = "low_var_kl"
-    drop_aborted: bool = False
+    drop_aborted: bool = Field(True, description="Exclude aborted episodes from the update (always counted).")
 
     @field_validator("trajectory_score")
     @classmethod

@@ -104,13 +104,26 @@ class Learner:
         return contextlib.nullcontext()
 
     def _forward(self, model: torch.nn.Module, batch: TensorBatch, need_entropy: bool = False):
-        """Per-token logprobs of input_ids[:, 1:] (and entropies), aligned to positions 1..L-1."""
+        """Per-token logprobs of input_ids[:, 1:] (and entropies), aligned to positions 1..L-1.
+
+        Only positions from the first trained token on go through the LM head: prompts are most of a
+        short episode, and the head's vocabulary-wide matmul and softmax are the costliest part of it.
+        """
         ids = batch.input_ids.to(self.device)
+        width = ids.shape[1]
+        trained = batch.loss_mask[:, 1:].sum(0).nonzero()
+        first = int(trained[0]) if len(trained) else width - 2  # first trained target index (of ids[:, 1:])
+        keep = width - first  # logits of positions first .. L-1; the last one predicts nothing
         with self._autocast():
-            logits = model(input_ids=ids, attention_mask=batch.attention_mask.to(self.device)).logits
+            logits = model(input_ids=ids, attention_mask=batch.attention_mask.to(self.device),
+                           logits_to_keep=keep).logits
         logits = logits[:, :-1].float()
-        logp = token_logprobs(logits, ids[:, 1:])
-        entropy = token_entropy(logits) if need_entropy else None
+        logp = torch.zeros(ids.shape[0], width - 1, device=self.device)
+        logp[:, first:] = token_logprobs(logits, ids[:, first + 1:])
+        entropy = None
+        if need_entropy:
+            entropy = torch.zeros_like(logp)
+            entropy[:, first:] = token_entropy(logits)
         return logp, entropy
 
     def _micro(self, trajectories: list[Trajectory], indices: list[int]) -> TensorBatch:

@@ -6,7 +6,9 @@ rank; every rank updates its FSDP2 shard; rank 0 pushes the new weights to the r
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -73,8 +75,17 @@ def _sft_phase(config: UserRLConfig, learner: Learner, coordinator: RolloutCoord
     learner.make_optimizer(config.training.lr)
 
 
+def _quiet_train_reports() -> None:
+    """Ray Train logs every report at INFO from a logger named by its file; our progress lines suffice."""
+    with contextlib.suppress(ImportError):
+        from ray.train.v2._internal.execution import context
+
+        logging.getLogger(context.__file__).setLevel(logging.WARNING)
+
+
 def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     """Entry point of every learner rank."""
+    _quiet_train_reports()
     config = UserRLConfig.model_validate(loop_config["config"])
     model_path = loop_config["model_path"]
     tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -93,6 +104,9 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     elif config.sft.enabled:
         _sft_phase(config, learner, coordinator, chat, report)
         version, sync_needed = 1, True
+        # The warm-started model is a checkpoint of its own (`userrl sft` ends here).
+        learner.save_checkpoint(checkpoint_path(config, 0), {"iteration": 0, "policy_version": version,
+                                                             "config": config.model_dump(mode="json")}, tokenizer)
     if sync_needed:
         state = learner.full_state_dict()
         if rank0:

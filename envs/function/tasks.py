@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -10,6 +9,18 @@ from typing import Any
 
 from userrl.envs.base import Task
 from userrl.envs.function.safe_eval import Formula, RuleError
+from userrl.envs.loading import (
+    check_builtin_split,
+    check_userrl_split,
+    create_kwargs,
+    index_by_id,
+    read_json_array,
+    read_json_list,
+    read_userrl_rows,
+    require_data_root,
+    unknown_source,
+    userrl_task,
+)
 
 GYM = "function"
 DATA_SOURCE = "interact_function"
@@ -72,13 +83,6 @@ def validate_record(record: Any, where: str) -> dict[str, Any]:
     return {"id": item_id, "rule": rule, "test_case": list(test_case), "expected_result": float(expected)}
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
-
-
 def _difficulty_filter(difficulty: int | Sequence[int] | None) -> frozenset[int] | None:
     if difficulty is None:
         return None
@@ -95,15 +99,11 @@ def load_builtin_tasks(
     split: str = "train", difficulty: int | Sequence[int] | None = None, path: str | Path | None = None
 ) -> list[Task]:
     """Our own generated tasks (function/data/tasks.json) of one split, optionally of some levels."""
-    if split not in ("train", "test"):
-        raise ValueError(f"builtin function tasks have splits 'train' and 'test', not {split!r}")
+    check_builtin_split(GYM, split)
     levels = _difficulty_filter(difficulty)
     path = Path(path) if path is not None else BUILTIN_TASKS_PATH
-    doc = _read_json(path)
-    if not isinstance(doc, dict) or not isinstance(doc.get("tasks"), list):
-        raise ValueError(f"{path}: expected an object with a 'tasks' list")
     tasks = []
-    for raw in doc["tasks"]:
+    for raw in read_json_list(path, "tasks"):
         record = validate_record(raw, str(path))
         level, item_split = raw.get("difficulty"), raw.get("split")
         if level not in DIFFICULTY_LEVELS or item_split not in ("train", "test"):
@@ -119,67 +119,24 @@ def load_builtin_tasks(
 def load_userrl_functions(data_root: str | Path) -> dict[str, dict[str, Any]]:
     """The original functions.json, validated and indexed by id."""
     path = Path(data_root) / USERRL_FUNCTIONS_JSON
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} not found: data_root must point at a UserRL data folder (holding gyms/ and data/)"
-        )
-    items = _read_json(path)
-    if not isinstance(items, list):
-        raise ValueError(f"{path}: expected a JSON array of function items")
-    index: dict[str, dict[str, Any]] = {}
-    for raw in items:
-        record = validate_record(raw, str(path))
-        if record["id"] in index:
-            raise ValueError(f"{path}: duplicate id {record['id']!r}")
-        index[record["id"]] = record
-    return index
-
-
-def _create_kwargs_id(row: dict[str, Any]) -> Any:
-    kwargs = (((row.get("extra_info") or {}).get("tools_kwargs") or {}).get("interact_with_env") or {}).get(
-        "create_kwargs"
-    ) or {}
-    return kwargs.get("id")
+    return index_by_id(read_json_array(path, "function items"), validate_record, path)
 
 
 def load_userrl_tasks(split: str, data_root: str | Path) -> list[Task]:
     """Original parquet rows of one split (train, test, alltrain, alltest) resolved against functions.json."""
-    if split not in USERRL_PARQUET:
-        raise ValueError(f"UserRL function splits are {sorted(USERRL_PARQUET)}, not {split!r}")
-    import polars as pl  # lazy: only this loader needs polars
-
+    check_userrl_split(GYM, split, USERRL_PARQUET)
     functions = load_userrl_functions(data_root)
     functions_path = Path(data_root) / USERRL_FUNCTIONS_JSON
     path = Path(data_root) / USERRL_PARQUET[split]
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} not found: data_root must point at a UserRL data folder (holding gyms/ and data/)"
-        )
-    try:
-        frame = pl.read_parquet(path, columns=["data_source", "prompt", "extra_info"])
-    except Exception as exc:  # polars raises several error types for unreadable files
-        raise ValueError(f"{path}: cannot read the parquet file ({exc})") from exc
+    rows = read_userrl_rows(path, DATA_SOURCE, ["data_source", "prompt", "extra_info"])
     tasks = []
-    for index, row in enumerate(frame.filter(pl.col("data_source") == DATA_SOURCE).iter_rows(named=True)):
-        item_id = _create_kwargs_id(row)
+    for index, row in enumerate(rows):
+        item_id = create_kwargs(row).get("id")
         if item_id not in functions:
             raise ValueError(
                 f"{path}: row {index} has function id {item_id!r}, which is not in {functions_path}"
             )
-        row_split = (row.get("extra_info") or {}).get("split") or split
-        try:
-            tasks.append(
-                Task(
-                    GYM,
-                    item_id,
-                    list(row["prompt"]),
-                    dict(functions[item_id]),
-                    split=row_split,
-                    source="userrl",
-                )
-            )
-        except ValueError as exc:
-            raise ValueError(f"{path}: row {index} ({item_id!r}): {exc}") from exc
+        tasks.append(userrl_task(GYM, item_id, row, dict(functions[item_id]), split, f"{path}: row {index}"))
     return tasks
 
 
@@ -193,9 +150,8 @@ def load_function_tasks(
     if source == "builtin":
         return load_builtin_tasks(split, difficulty)
     if source == "userrl":
-        if data_root is None:
-            raise ValueError("source='userrl' needs data_root: the folder of the original UserRL data")
+        data_root = require_data_root(data_root)
         if difficulty is not None:
             raise ValueError("the original UserRL function tasks have no difficulty levels; drop the filter")
         return load_userrl_tasks(split, data_root)
-    raise ValueError(f"unknown task source {source!r}; use 'builtin' or 'userrl'")
+    raise unknown_source(source)

@@ -28,3 +28,22 @@ def test_missing_config_file(capsys):
 def test_help(args):
     result = subprocess.run([sys.executable, "-m", "userrl.cli", *args], capture_output=True, text=True)
     assert result.returncode == 0 and "usage" in result.stdout
+
+
+def test_play_function_gym_through_the_terminal():
+    """A person's lines reach the env; the solver's answer ends the episode with return 1."""
+    from userrl.envs import load_tasks
+
+    task = load_tasks("function", split="test")[0]
+    answer = task.data["expected_result"]
+    lines = "[action] 1 2 3 4\n[search] test\n[answer] " + str(answer) + "\n"
+    result = subprocess.run([sys.executable, "-m", "userrl.cli", "play", "function", "--index", "0"],
+                            input=lines, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "Test case:" in result.stdout and "Correct!" in result.stdout
+    assert "episode return: 1" in result.stdout
+
+
+def test_play_unknown_gym(capsys):
+    assert main(["play", "fuction"]) == 2
+    assert "did you mean 'function'" in capsys.readouterr().out

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import random
+import tracemalloc
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -208,6 +210,32 @@ def test_solver_trims_optional_steps_to_the_step_budget() -> None:
     writes = [a for a in task.data["actions"] if domain_tools("retail")[a["name"]].writes]
     solver = TauSolver(task, np.random.default_rng(0), max_steps=len(writes) + 1)
     assert [c for c, _ in solver._plan] == ["answer"] * len(writes) + ["action"]
+
+
+def test_memory_stays_bounded_over_many_episodes() -> None:
+    env, tasks = make_env("tau"), load_tau_tasks("test")[:8]
+    # Count only memory allocated by the Tau gym's own code (event loops and JSON internals are not ours).
+    ours = [tracemalloc.Filter(True, str(Path(userrl.envs.tau.__file__).parent / "*"))]
+
+    def run_all() -> None:
+        for task in tasks:
+            solve_episode(env, task, np.random.default_rng(0))
+
+    run_all()  # fills the per-process caches (gold hashes, tool catalogue)
+    tracemalloc.start()
+    try:
+        run_all()
+        gc.collect()
+        before = tracemalloc.take_snapshot().filter_traces(ours)
+        for _ in range(3):
+            run_all()
+        gc.collect()
+        after = tracemalloc.take_snapshot().filter_traces(ours)
+    finally:
+        tracemalloc.stop()
+    grown = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+    assert grown < 10_000, grown  # 24 more episodes keep nothing behind
+    assert env.db.touched_records <= 3 and len(env.dialogue) <= 2 * 16 + 2
 
 
 def test_solver_touches_no_global_rng() -> None:

@@ -8,6 +8,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from userrl.envs.tau.database import DomainData, EpisodeDB
 from userrl.envs.tau.hashing import canonical_text, state_hash, to_hashable
@@ -1194,3 +1196,135 @@ def test_parse_tool_call_refuses_pathological_nesting() -> None:
     assert parse_tool_call(f'{{"name": "think", "arguments": {{"thought": {deep}}}}}') is None
     assert parse_tool_call('{"name": "think", "arguments": {"thought": [[1]]}}') is not None
     assert parse_tool_call("{" * 5000) is None
+
+
+# ---------------------------------------------------------------- property: overlay == full copy, pristine intact
+
+_ORDER_IDS = st.sampled_from(["#W0000001", "#W0000002", "#W0000004", "#W0000005", "#W0000006", "#W9"])
+_ITEMS = st.lists(st.sampled_from(["111", "112", "113", "211", "212"]), min_size=0, max_size=3)
+_METHODS = st.sampled_from(["gift_card_1", "credit_card_1", "paypal_1", "credit_card_2"])
+_ADDRESS = st.fixed_dictionaries({k: st.sampled_from(["a", "b"]) for k in ADDR_ANN})
+_RETAIL_CALLS = st.one_of(
+    st.tuples(
+        st.just("cancel_pending_order"),
+        st.fixed_dictionaries({"order_id": _ORDER_IDS, "reason": st.sampled_from(["no longer needed", "x"])}),
+    ),
+    st.tuples(
+        st.just("modify_pending_order_items"),
+        st.fixed_dictionaries(
+            {
+                "order_id": _ORDER_IDS,
+                "item_ids": _ITEMS,
+                "new_item_ids": _ITEMS,
+                "payment_method_id": _METHODS,
+            }
+        ),
+    ),
+    st.tuples(
+        st.just("exchange_delivered_order_items"),
+        st.fixed_dictionaries(
+            {
+                "order_id": _ORDER_IDS,
+                "item_ids": _ITEMS,
+                "new_item_ids": _ITEMS,
+                "payment_method_id": _METHODS,
+            }
+        ),
+    ),
+    st.tuples(
+        st.just("modify_pending_order_payment"),
+        st.fixed_dictionaries({"order_id": _ORDER_IDS, "payment_method_id": _METHODS}),
+    ),
+    st.tuples(
+        st.just("return_delivered_order_items"),
+        st.fixed_dictionaries({"order_id": _ORDER_IDS, "item_ids": _ITEMS, "payment_method_id": _METHODS}),
+    ),
+    st.tuples(
+        st.just("modify_pending_order_address"), _ADDRESS.map(lambda a: {"order_id": "#W0000004", **a})
+    ),
+    st.tuples(st.just("modify_user_address"), _ADDRESS.map(lambda a: {"user_id": "bob_ray_2002", **a})),
+)
+_SEGMENTS = st.lists(
+    st.fixed_dictionaries(
+        {"flight_number": st.sampled_from(["HAT001", "HAT002", "HAT004"]), "date": st.just("2024-05-16")}
+    ),
+    min_size=1,
+    max_size=2,
+)
+_PAYMENT_IDS = st.sampled_from(["credit_card_1", "gift_card_1", "certificate_1", "certificate_2"])
+_AIRLINE_CALLS = st.one_of(
+    st.tuples(
+        st.just("book_reservation"),
+        st.fixed_dictionaries(
+            {
+                "user_id": st.just("mia_li_1"),
+                "origin": st.just("PHL"),
+                "destination": st.just("BOS"),
+                "flight_type": st.just("one_way"),
+                "cabin": st.sampled_from(["economy", "basic_economy"]),
+                "flights": _SEGMENTS,
+                "passengers": st.just([PAX_MIA]),
+                "payment_methods": st.lists(
+                    st.fixed_dictionaries(
+                        {"payment_id": _PAYMENT_IDS, "amount": st.sampled_from([40, 50, 100, 130])}
+                    ),
+                    min_size=1,
+                    max_size=2,
+                ),
+                "total_baggages": st.just(0),
+                "nonfree_baggages": st.sampled_from([0, 1]),
+                "insurance": st.sampled_from(["yes", "no"]),
+            }
+        ),
+    ),
+    st.tuples(
+        st.just("cancel_reservation"),
+        st.fixed_dictionaries({"reservation_id": st.sampled_from(["ABC123", "DEF456", "HATHAT"])}),
+    ),
+    st.tuples(
+        st.just("update_reservation_flights"),
+        st.fixed_dictionaries(
+            {
+                "reservation_id": st.sampled_from(["ABC123", "DEF456"]),
+                "cabin": st.sampled_from(["economy", "basic_economy"]),
+                "flights": _SEGMENTS,
+                "payment_id": _PAYMENT_IDS,
+            }
+        ),
+    ),
+    st.tuples(
+        st.just("update_reservation_baggages"),
+        st.fixed_dictionaries(
+            {
+                "reservation_id": st.sampled_from(["ABC123", "DEF456"]),
+                "total_baggages": st.integers(0, 3),
+                "nonfree_baggages": st.integers(0, 3),
+                "payment_id": _PAYMENT_IDS,
+            }
+        ),
+    ),
+    st.tuples(
+        st.just("send_certificate"),
+        st.fixed_dictionaries({"user_id": st.just("mia_li_1"), "amount": st.sampled_from([50, 75.5])}),
+    ),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.one_of(
+        st.tuples(st.just("retail"), st.lists(_RETAIL_CALLS, max_size=6)),
+        st.tuples(st.just("airline"), st.lists(_AIRLINE_CALLS, max_size=6)),
+    )
+)
+def test_overlay_hash_equals_a_full_copy_after_any_tool_sequence(
+    case: tuple[str, list[tuple[str, dict[str, Any]]]],
+) -> None:
+    domain, calls = case
+    db = make_db(domain)
+    pristine = copy.deepcopy(db.base.tables)
+    for name, kwargs in calls:
+        out = call(db, name, **copy.deepcopy(kwargs))
+        assert isinstance(out, str)
+        assert db.state_hash() == state_hash(db.to_dict())
+    assert db.base.tables == pristine  # every write went through the episode's own copies

@@ -1,0 +1,145 @@
+"""Task-loading helpers shared by the gyms: shipped JSON data files and the original UserRL parquet rows."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Collection, Sequence
+from pathlib import Path
+from typing import Any
+
+from userrl.envs.base import Task
+
+#: What a missing original file means; every gym's FileNotFoundError says it the same way.
+DATA_ROOT_HINT = "data_root must point at a UserRL data folder (holding gyms/ and data/)"
+
+
+# ---------------------------------------------------------------- JSON files
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file's content; ValueError names the file when it does not parse."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+
+
+def require_file(path: Path, hint: str = DATA_ROOT_HINT) -> Path:
+    """path itself; FileNotFoundError naming it, followed by hint, when it is not a file."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: {hint}")
+    return path
+
+
+def read_json_list(path: Path, key: str) -> list[Any]:
+    """The list under `key` of a JSON object file, such as the 'tasks' of a shipped builtin file."""
+    doc = read_json(path)
+    if not isinstance(doc, dict) or not isinstance(doc.get(key), list):
+        article = "an" if key[:1] in ("a", "e", "i", "o", "u") else "a"
+        raise ValueError(f"{path}: expected an object with {article} {key!r} list")
+    return doc[key]
+
+
+def read_json_array(path: Path, what: str) -> list[Any]:
+    """An original JSON array file under data_root; the errors name the file and what it should hold."""
+    items = read_json(require_file(path))
+    if not isinstance(items, list):
+        raise ValueError(f"{path}: expected a JSON array of {what}")
+    return items
+
+
+def index_by_id(
+    items: Sequence[Any],
+    validate: Callable[[Any, str], dict[str, Any]],
+    path: Path,
+    index: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Validated records by their 'id' (added to index when given); ValueError on a duplicate id."""
+    index = {} if index is None else index
+    for raw in items:
+        record = validate(raw, str(path))
+        if record["id"] in index:
+            raise ValueError(f"{path}: duplicate id {record['id']!r}")
+        index[record["id"]] = record
+    return index
+
+
+def read_split_items(
+    path: Path, key: str, validate: Callable[[Any, str], dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Every item of a shipped file (validated, unique by id) with its 'train'/'test' split, in file order."""
+    items, seen = [], set()
+    for raw in read_json_list(path, key):
+        record = validate(raw, str(path))
+        if record["id"] in seen:
+            raise ValueError(f"{path}: duplicate id {record['id']!r}")
+        seen.add(record["id"])
+        if raw.get("split") not in ("train", "test"):
+            raise ValueError(f"{path}: item {record['id']!r} needs split 'train' or 'test'")
+        items.append(dict(record, split=raw["split"]))
+    return items
+
+
+# ---------------------------------------------------------------- splits and sources
+
+
+def check_builtin_split(gym: str, split: str) -> None:
+    """ValueError unless split is one of the builtin sets' two splits."""
+    if split not in ("train", "test"):
+        raise ValueError(f"builtin {gym} tasks have splits 'train' and 'test', not {split!r}")
+
+
+def check_userrl_split(gym: str, split: str, known: Collection[str], note: str = "") -> None:
+    """ValueError unless split is one of the original data's splits (note is appended to the message)."""
+    if split not in known:
+        raise ValueError(f"UserRL {gym} splits are {sorted(known)}, not {split!r}{note}")
+
+
+def require_data_root(data_root: str | Path | None) -> str | Path:
+    """data_root itself; ValueError when source 'userrl' is asked for without one."""
+    if data_root is None:
+        raise ValueError("source='userrl' needs data_root: the folder of the original UserRL data")
+    return data_root
+
+
+def unknown_source(source: str) -> ValueError:
+    """The error for a task source other than 'builtin' and 'userrl'."""
+    return ValueError(f"unknown task source {source!r}; use 'builtin' or 'userrl'")
+
+
+# ---------------------------------------------------------------- original parquet rows
+
+
+def read_userrl_rows(
+    path: Path, data_source: str, columns: Sequence[str], hint: str = DATA_ROOT_HINT
+) -> list[dict[str, Any]]:
+    """The rows of one gym (by data_source) of an original parquet file; clear errors when absent or bad."""
+    require_file(path, hint)
+    import polars as pl  # lazy: only the original-data loaders need polars
+
+    try:
+        frame = pl.read_parquet(path, columns=list(columns))
+    except Exception as exc:  # polars raises several error types for unreadable files
+        raise ValueError(f"{path}: cannot read the parquet file ({exc})") from exc
+    # The all* files mix every gym; keep this gym's rows.
+    return list(frame.filter(pl.col("data_source") == data_source).iter_rows(named=True))
+
+
+def create_kwargs(row: dict[str, Any]) -> dict[str, Any]:
+    """The env's create_kwargs of an original row (its lookup keys such as id or title); {} when absent."""
+    return (((row.get("extra_info") or {}).get("tools_kwargs") or {}).get("interact_with_env") or {}).get(
+        "create_kwargs"
+    ) or {}
+
+
+def row_split(row: dict[str, Any], split: str) -> str:
+    """The split a row names itself (the all* files say which split each row came from), else split."""
+    return (row.get("extra_info") or {}).get("split") or split
+
+
+def userrl_task(gym: str, key: str, row: dict[str, Any], data: dict[str, Any], split: str, where: str) -> Task:
+    """The Task of one original row with its prompt verbatim; ValueError says where (file and row) and key."""
+    try:
+        return Task(gym, key, list(row["prompt"]), data, split=row_split(row, split), source="userrl")
+    except ValueError as exc:
+        raise ValueError(f"{where} ({key!r}): {exc}") from exc
