@@ -149,11 +149,20 @@ class GRPOMultiTurn:
                                show_reward_in_feedback=ec.show_reward_in_feedback)
         env_kwargs = {spec.name: {"max_steps": ec.max_steps, "step_timeout_s": ec.step_timeout_s,
                                   "backend": ec.backend, **spec.kwargs} for spec in ec.gyms}
+        user_replicas, user_path = [], None
+        if ec.backend == "local":
+            user_path = resolve_model(ec.local_user_model)
+            user_pad = AutoTokenizer.from_pretrained(user_path).pad_token_id
+            user_replicas = [replica_cls.options(num_cpus=pc.num_cpus_per_replica, max_concurrency=4096).remote(
+                user_path, "hf", pc.dtype, pc.max_batch_size, pc.num_threads, user_pad)
+                for _ in range(ec.local_user_replicas)]
         runner_cls = ray.remote(EnvRunner)
         runners = [runner_cls.options(num_cpus=self.config.env_runners.num_cpus_per_env_runner,
                                       max_concurrency=64).remote(
-            self.model_path, ec.protocol, limits, replicas, env_kwargs)
+            self.model_path, ec.protocol, limits, replicas, env_kwargs, user_backend=ec.backend, llm=ec.llm,
+            user_replicas=user_replicas, user_tokenizer_path=user_path)
             for _ in range(self.config.env_runners.num_env_runners)]
+        self.user_replicas = user_replicas
         ray.get([r.get_version.remote() for r in replicas])  # fail fast if a replica cannot start
         return replicas, runners
 
@@ -219,7 +228,7 @@ class GRPOMultiTurn:
 
     def stop(self) -> None:
         """Release actors (and the local Ray this Algorithm started)."""
-        for actor in [*self.runners, *self.replicas]:
+        for actor in [*self.runners, *self.replicas, *self.user_replicas]:
             ray.kill(actor)
         if self._owns_ray:
             ray.shutdown()

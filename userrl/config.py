@@ -58,7 +58,17 @@ class EnvConfig(_Section):
     )
     show_reward_in_feedback: bool = False
     step_timeout_s: float = Field(120.0, gt=0)
-    backend: Literal["scripted", "openai", "local"] = "scripted"
+    backend: Literal["scripted", "openai", "local"] = Field(
+        "scripted", description="Simulated users/judges: deterministic stand-ins, an OpenAI-compatible endpoint, "
+        "or replicas of `local_user_model` in this Ray cluster."
+    )
+    llm: dict[str, Any] = Field(
+        default_factory=dict,
+        description="OpenAI-compatible client settings for backend openai (base_url, model, temperature, "
+        "timeout_s, attempts, max_concurrency, extra_body, roles); the key comes from $OPENAI_API_KEY.",
+    )
+    local_user_model: str = Field("smollm2-135m", description="Model of the local user replicas.")
+    local_user_replicas: int = Field(1, ge=1)
 
 
 class EnvRunnerConfig(_Section):

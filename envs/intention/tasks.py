@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from userrl.envs.base import Task
+from userrl.envs.loading import (
+    check_builtin_split,
+    check_userrl_split,
+    create_kwargs,
+    index_by_id,
+    read_json,
+    read_json_array,
+    read_split_items,
+    read_userrl_rows,
+    require_data_root,
+    unknown_source,
+    userrl_task,
+)
 
 GYM = "intention"
 DATA_SOURCE = "interact_intention"
@@ -125,14 +137,6 @@ def validate_item(raw: Any, where: str) -> dict[str, Any]:
     }
 
 
-def read_json(path: Path) -> Any:
-    """A JSON file's content; ValueError names the file when it does not parse."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
-
-
 def _categories(category: str | Sequence[str] | None) -> frozenset[str] | None:
     if category is None:
         return None
@@ -141,28 +145,14 @@ def _categories(category: str | Sequence[str] | None) -> frozenset[str] | None:
 
 def read_builtin_items(path: str | Path | None = None) -> list[dict[str, Any]]:
     """Every builtin item (validated, with its split) in file order."""
-    path = Path(path) if path is not None else BUILTIN_TASKS_PATH
-    doc = read_json(path)
-    if not isinstance(doc, dict) or not isinstance(doc.get("tasks"), list):
-        raise ValueError(f"{path}: expected an object with a 'tasks' list")
-    items, seen = [], set()
-    for raw in doc["tasks"]:
-        record = validate_item(raw, str(path))
-        if record["id"] in seen:
-            raise ValueError(f"{path}: duplicate id {record['id']!r}")
-        seen.add(record["id"])
-        if raw.get("split") not in ("train", "test"):
-            raise ValueError(f"{path}: item {record['id']!r} needs split 'train' or 'test'")
-        items.append(dict(record, split=raw["split"]))
-    return items
+    return read_split_items(Path(path) if path is not None else BUILTIN_TASKS_PATH, "tasks", validate_item)
 
 
 def load_builtin_tasks(
     split: str = "train", category: str | Sequence[str] | None = None, path: str | Path | None = None
 ) -> list[Task]:
     """Our own requests (intention/data/intentions.json) of one split, optionally of some categories."""
-    if split not in ("train", "test"):
-        raise ValueError(f"builtin intention tasks have splits 'train' and 'test', not {split!r}")
+    check_builtin_split(GYM, split)
     wanted = _categories(category)
     tasks = []
     for item in read_builtin_items(path):
@@ -181,46 +171,19 @@ def load_userrl_items(data_root: str | Path) -> dict[str, dict[str, Any]]:
     index: dict[str, dict[str, Any]] = {}
     for rel in USERRL_JSON.values():
         path = Path(data_root) / rel
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"{path} not found: data_root must point at a UserRL data folder (holding gyms/ and data/)"
-            )
-        items = read_json(path)
-        if not isinstance(items, list):
-            raise ValueError(f"{path}: expected a JSON array of intention items")
-        for raw in items:
-            record = validate_item(raw, str(path))
-            if record["id"] in index:
-                raise ValueError(f"{path}: duplicate id {record['id']!r}")
-            index[record["id"]] = record
+        # One index over both files: an id in both is a duplicate too.
+        index_by_id(read_json_array(path, "intention items"), validate_item, path, index)
     return index
-
-
-def _create_kwargs(row: dict[str, Any]) -> dict[str, Any]:
-    return (((row.get("extra_info") or {}).get("tools_kwargs") or {}).get("interact_with_env") or {}).get(
-        "create_kwargs"
-    ) or {}
 
 
 def load_userrl_tasks(split: str, data_root: str | Path) -> list[Task]:
     """Original parquet rows of one split (train, test, alltrain, alltest) resolved against the JSON files."""
-    if split not in USERRL_PARQUET:
-        raise ValueError(f"UserRL intention splits are {sorted(USERRL_PARQUET)}, not {split!r}")
-    import polars as pl  # lazy: only this loader needs polars
-
+    check_userrl_split(GYM, split, USERRL_PARQUET)
     items = load_userrl_items(data_root)
     path = Path(data_root) / USERRL_PARQUET[split]
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} not found: data_root must point at a UserRL data folder (holding gyms/ and data/)"
-        )
-    try:
-        frame = pl.read_parquet(path, columns=["data_source", "prompt", "extra_info"])
-    except Exception as exc:  # polars raises several error types for unreadable files
-        raise ValueError(f"{path}: cannot read the parquet file ({exc})") from exc
     tasks = []
-    for index, row in enumerate(frame.filter(pl.col("data_source") == DATA_SOURCE).iter_rows(named=True)):
-        kwargs = _create_kwargs(row)
+    for index, row in enumerate(read_userrl_rows(path, DATA_SOURCE, ["data_source", "prompt", "extra_info"])):
+        kwargs = create_kwargs(row)
         item_id = kwargs.get("id")
         if item_id not in items:
             raise ValueError(
@@ -232,13 +195,7 @@ def load_userrl_tasks(split: str, data_root: str | Path) -> list[Task]:
             # The row repeats these fields; a disagreement means the parquet and JSON files do not match.
             if kwargs.get(key) is not None and kwargs[key] != record[key]:
                 raise ValueError(f"{path}: row {index} ({item_id!r}) has a {key} that differs from the JSON")
-        row_split = (row.get("extra_info") or {}).get("split") or split
-        try:
-            tasks.append(
-                Task(GYM, item_id, list(row["prompt"]), dict(record), split=row_split, source="userrl")
-            )
-        except ValueError as exc:
-            raise ValueError(f"{path}: row {index} ({item_id!r}): {exc}") from exc
+        tasks.append(userrl_task(GYM, item_id, row, dict(record), split, f"{path}: row {index}"))
     return tasks
 
 
@@ -252,9 +209,7 @@ def load_intention_tasks(
     if source == "builtin":
         return load_builtin_tasks(split, category)
     if source == "userrl":
-        if data_root is None:
-            raise ValueError("source='userrl' needs data_root: the folder of the original UserRL data")
-        tasks = load_userrl_tasks(split, data_root)
+        tasks = load_userrl_tasks(split, require_data_root(data_root))
         wanted = _categories(category)
         return tasks if wanted is None else [t for t in tasks if t.data["category"] in wanted]
-    raise ValueError(f"unknown task source {source!r}; use 'builtin' or 'userrl'")
+    raise unknown_source(source)

@@ -7,11 +7,21 @@ alone and needs no JSON.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from userrl.envs.base import Task
+from userrl.envs.loading import (
+    check_builtin_split,
+    check_userrl_split,
+    create_kwargs,
+    read_json,
+    read_split_items,
+    read_userrl_rows,
+    require_data_root,
+    unknown_source,
+    userrl_task,
+)
 
 GYM = "persuade"
 DATA_SOURCE = "interact_persuade"
@@ -78,36 +88,14 @@ def validate_item(raw: Any, where: str) -> dict[str, Any]:
     return record
 
 
-def read_json(path: Path) -> Any:
-    """A JSON file's content; ValueError names the file when it does not parse."""
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
-
-
 def read_builtin_items(path: str | Path | None = None) -> list[dict[str, Any]]:
     """Every builtin item (validated, with its split) in file order."""
-    path = Path(path) if path is not None else BUILTIN_TASKS_PATH
-    doc = read_json(path)
-    if not isinstance(doc, dict) or not isinstance(doc.get("tasks"), list):
-        raise ValueError(f"{path}: expected an object with a 'tasks' list")
-    items, seen = [], set()
-    for raw in doc["tasks"]:
-        record = validate_item(raw, str(path))
-        if record["id"] in seen:
-            raise ValueError(f"{path}: duplicate id {record['id']!r}")
-        seen.add(record["id"])
-        if raw.get("split") not in ("train", "test"):
-            raise ValueError(f"{path}: item {record['id']!r} needs split 'train' or 'test'")
-        items.append(dict(record, split=raw["split"]))
-    return items
+    return read_split_items(Path(path) if path is not None else BUILTIN_TASKS_PATH, "tasks", validate_item)
 
 
 def load_builtin_tasks(split: str = "train", path: str | Path | None = None) -> list[Task]:
     """Our own claims (persuade/data/claims.json) of one split."""
-    if split not in ("train", "test"):
-        raise ValueError(f"builtin persuade tasks have splits 'train' and 'test', not {split!r}")
+    check_builtin_split(GYM, split)
     tasks = []
     for item in read_builtin_items(path):
         if item["split"] != split:
@@ -119,43 +107,28 @@ def load_builtin_tasks(split: str = "train", path: str | Path | None = None) -> 
 
 def _row_fields(row: dict[str, Any]) -> dict[str, Any]:
     """id, claim and argument of a row: from create_kwargs, else from the reward_model copies."""
-    kwargs = (((row.get("extra_info") or {}).get("tools_kwargs") or {}).get("interact_with_env") or {}).get(
-        "create_kwargs"
-    ) or {}
+    kwargs = create_kwargs(row)
     reward_model = row.get("reward_model") or {}
     return {key: kwargs.get(key) or reward_model.get(key) for key in ("id", "claim", "argument")}
 
 
 def load_userrl_tasks(split: str, data_root: str | Path) -> list[Task]:
     """Original parquet rows of one split (train, test, alltrain, alltest), built from the rows alone."""
-    if split not in USERRL_PARQUET:
-        raise ValueError(f"UserRL persuade splits are {sorted(USERRL_PARQUET)}, not {split!r}")
-    import polars as pl  # lazy: only this loader needs polars
-
+    check_userrl_split(GYM, split, USERRL_PARQUET)
     path = Path(data_root) / USERRL_PARQUET[split]
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} not found: data_root must point at a UserRL data folder (holding data/). Persuade needs "
-            f"only the parquet rows; the original JSON ({USERRL_JSON.name}) is not used."
-        )
-    try:
-        frame = pl.read_parquet(path, columns=["data_source", "prompt", "reward_model", "extra_info"])
-    except Exception as exc:  # polars raises several error types for unreadable files
-        raise ValueError(f"{path}: cannot read the parquet file ({exc})") from exc
+    hint = (
+        "data_root must point at a UserRL data folder (holding data/). Persuade needs only the parquet rows; "
+        f"the original JSON ({USERRL_JSON.name}) is not used."
+    )
+    rows = read_userrl_rows(path, DATA_SOURCE, ["data_source", "prompt", "reward_model", "extra_info"], hint)
     tasks = []
-    for index, row in enumerate(frame.filter(pl.col("data_source") == DATA_SOURCE).iter_rows(named=True)):
+    for index, row in enumerate(rows):
         fields = _row_fields(row)
         try:
             record = validate_item(fields, f"{path}: row {index}")
         except ValueError as exc:
             raise ValueError(f"{exc} (the persuade env is built from each row's claim and argument)") from exc
-        row_split = (row.get("extra_info") or {}).get("split") or split
-        try:
-            tasks.append(
-                Task(GYM, record["id"], list(row["prompt"]), record, split=row_split, source="userrl")
-            )
-        except ValueError as exc:
-            raise ValueError(f"{path}: row {index} ({record['id']!r}): {exc}") from exc
+        tasks.append(userrl_task(GYM, record["id"], row, record, split, f"{path}: row {index}"))
     return tasks
 
 
@@ -166,7 +139,5 @@ def load_persuade_tasks(
     if source == "builtin":
         return load_builtin_tasks(split)
     if source == "userrl":
-        if data_root is None:
-            raise ValueError("source='userrl' needs data_root: the folder of the original UserRL data")
-        return load_userrl_tasks(split, data_root)
-    raise ValueError(f"unknown task source {source!r}; use 'builtin' or 'userrl'")
+        return load_userrl_tasks(split, require_data_root(data_root))
+    raise unknown_source(source)

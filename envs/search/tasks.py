@@ -12,12 +12,24 @@ them are therefore closed-book scores, not comparable with the original's web-se
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from userrl.envs.base import Task
+from userrl.envs.loading import (
+    check_builtin_split,
+    check_userrl_split,
+    create_kwargs,
+    index_by_id,
+    read_json_array,
+    read_split_items,
+    read_userrl_rows,
+    require_data_root,
+    require_file,
+    unknown_source,
+    userrl_task,
+)
 
 GYM = "search"
 DATA_SOURCE = "interact_searchgym"
@@ -71,17 +83,6 @@ def validate_record(record: Any, where: str) -> dict[str, Any]:
     return {"id": item_id, "question": record["question"].strip(), "answer": record["answer"].strip()}
 
 
-def _read_json(path: Path) -> Any:
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} not found: data_root must point at a UserRL data folder (holding gyms/ and data/)"
-        )
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
-
-
 def _hops_filter(hops: int | Sequence[int] | None) -> frozenset[int] | None:
     if hops is None:
         return None
@@ -115,20 +116,15 @@ def load_builtin_tasks(
     split: str = "train", hops: int | Sequence[int] | None = None, path: str | Path | None = None
 ) -> list[Task]:
     """Our own questions (search/data/questions.json) of one split, optionally of some hop counts."""
-    if split not in ("train", "test"):
-        raise ValueError(f"builtin search tasks have splits 'train' and 'test', not {split!r}")
+    check_builtin_split(GYM, split)
     wanted = _hops_filter(hops)
     path = Path(path) if path is not None else BUILTIN_QUESTIONS_PATH
-    doc = _read_json(path)
-    if not isinstance(doc, dict) or not isinstance(doc.get("questions"), list):
-        raise ValueError(f"{path}: expected an object with a 'questions' list")
-    tasks, seen = [], set()
-    for raw in doc["questions"]:
-        record = _builtin_record(raw, str(path))
-        if record["id"] in seen:
-            raise ValueError(f"{path}: duplicate id {record['id']!r}")
-        seen.add(record["id"])
-        if raw["split"] != split or (wanted is not None and record["hops"] not in wanted):
+    # Search's loader has always given the data_root hint for a missing builtin file too; keep that message.
+    require_file(path)
+    tasks = []
+    for item in read_split_items(path, "questions", _builtin_record):
+        record = {k: v for k, v in item.items() if k != "split"}
+        if item["split"] != split or (wanted is not None and record["hops"] not in wanted):
             continue
         tasks.append(
             Task(
@@ -147,48 +143,21 @@ def load_builtin_tasks(
 def load_userrl_questions(data_root: str | Path) -> dict[str, dict[str, Any]]:
     """The original questions.json (Bamboogle), validated and indexed by id."""
     path = Path(data_root) / USERRL_QUESTIONS_JSON
-    items = _read_json(path)
-    if not isinstance(items, list):
-        raise ValueError(f"{path}: expected a JSON array of question items")
-    index: dict[str, dict[str, Any]] = {}
-    for raw in items:
-        record = validate_record(raw, str(path))
-        if record["id"] in index:
-            raise ValueError(f"{path}: duplicate id {record['id']!r}")
-        index[record["id"]] = record
-    return index
-
-
-def _create_kwargs_id(row: dict[str, Any]) -> Any:
-    kwargs = (((row.get("extra_info") or {}).get("tools_kwargs") or {}).get("interact_with_env") or {}).get(
-        "create_kwargs"
-    ) or {}
-    return kwargs.get("id")
+    return index_by_id(read_json_array(path, "question items"), validate_record, path)
 
 
 def load_userrl_tasks(split: str, data_root: str | Path) -> list[Task]:
     """Original parquet rows of one split (test, alltest, alltrain) resolved against questions.json."""
-    if split not in USERRL_PARQUET:
-        raise ValueError(
-            f"UserRL search splits are {sorted(USERRL_PARQUET)}, not {split!r}: the original Search data is "
-            "evaluation-only and has no training file"
-        )
-    import polars as pl  # lazy: only this loader needs polars
-
+    check_userrl_split(
+        GYM, split, USERRL_PARQUET, ": the original Search data is evaluation-only and has no training file"
+    )
     questions = load_userrl_questions(data_root)
     questions_path = Path(data_root) / USERRL_QUESTIONS_JSON
     path = Path(data_root) / USERRL_PARQUET[split]
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} not found: data_root must point at a UserRL data folder (holding gyms/ and data/)"
-        )
-    try:
-        frame = pl.read_parquet(path, columns=["data_source", "prompt", "reward_model", "extra_info"])
-    except Exception as exc:  # polars raises several error types for unreadable files
-        raise ValueError(f"{path}: cannot read the parquet file ({exc})") from exc
+    rows = read_userrl_rows(path, DATA_SOURCE, ["data_source", "prompt", "reward_model", "extra_info"])
     tasks = []
-    for index, row in enumerate(frame.filter(pl.col("data_source") == DATA_SOURCE).iter_rows(named=True)):
-        item_id = _create_kwargs_id(row)
+    for index, row in enumerate(rows):
+        item_id = create_kwargs(row).get("id")
         if item_id not in questions:
             raise ValueError(
                 f"{path}: row {index} has question id {item_id!r}, which is not in {questions_path}"
@@ -200,13 +169,7 @@ def load_userrl_tasks(split: str, data_root: str | Path) -> list[Task]:
                 f"{path}: row {index} ({item_id!r}) has ground_truth {truth!r}, but {questions_path} "
                 f"gives the answer {record['answer']!r}"
             )
-        row_split = (row.get("extra_info") or {}).get("split") or split
-        try:
-            tasks.append(
-                Task(GYM, item_id, list(row["prompt"]), dict(record), split=row_split, source="userrl")
-            )
-        except ValueError as exc:
-            raise ValueError(f"{path}: row {index} ({item_id!r}): {exc}") from exc
+        tasks.append(userrl_task(GYM, item_id, row, dict(record), split, f"{path}: row {index}"))
     return tasks
 
 
@@ -220,9 +183,8 @@ def load_search_tasks(
     if source == "builtin":
         return load_builtin_tasks(split, hops)
     if source == "userrl":
-        if data_root is None:
-            raise ValueError("source='userrl' needs data_root: the folder of the original UserRL data")
+        data_root = require_data_root(data_root)
         if hops is not None:
             raise ValueError("the original UserRL search questions have no hop labels; drop the hops filter")
         return load_userrl_tasks(split, data_root)
-    raise ValueError(f"unknown task source {source!r}; use 'builtin' or 'userrl'")
+    raise unknown_source(source)

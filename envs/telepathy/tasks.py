@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
 from userrl.envs.base import Task
+from userrl.envs.loading import (
+    check_builtin_split,
+    check_userrl_split,
+    create_kwargs,
+    read_json_array,
+    read_json_list,
+    read_userrl_rows,
+    require_data_root,
+    unknown_source,
+    userrl_task,
+)
 from userrl.envs.telepathy import facts
 
 logger = logging.getLogger(__name__)
@@ -61,13 +71,6 @@ def validate_entity(record: Any, where: str) -> dict[str, Any]:
     return data
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
-
-
 def index_entities(items: list[Any], where: str) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
     """Validated entities (in order) and an index by case-folded title and by id; both must be unique."""
     entities: list[dict[str, Any]] = []
@@ -85,12 +88,10 @@ def index_entities(items: list[Any], where: str) -> tuple[list[dict[str, Any]], 
 def read_builtin_entities(path: str | Path | None = None) -> list[dict[str, Any]]:
     """Every builtin entity (validated, with its split), in file order."""
     path = Path(path) if path is not None else BUILTIN_ENTITIES_PATH
-    doc = _read_json(path)
-    if not isinstance(doc, dict) or not isinstance(doc.get("entities"), list):
-        raise ValueError(f"{path}: expected an object with an 'entities' list")
-    entities, _ = index_entities(doc["entities"], str(path))
+    items = read_json_list(path, "entities")
+    entities, _ = index_entities(items, str(path))
     out = []
-    for raw, entity in zip(doc["entities"], entities, strict=True):
+    for raw, entity in zip(items, entities, strict=True):
         if raw.get("split") not in ("train", "test"):
             raise ValueError(f"{path}: entity {entity['title']!r} needs split 'train' or 'test'")
         if not entity["attributes"]:
@@ -103,8 +104,7 @@ def load_builtin_tasks(
     split: str = "train", category: str | list[str] | None = None, path: str | Path | None = None
 ) -> list[Task]:
     """Our own entities (telepathy/data/entities.json) of one split, optionally of some categories."""
-    if split not in ("train", "test"):
-        raise ValueError(f"builtin telepathy tasks have splits 'train' and 'test', not {split!r}")
+    check_builtin_split(GYM, split)
     wanted = {category} if isinstance(category, str) else set(category) if category is not None else None
     if wanted is not None and wanted - set(facts.CATEGORY_NOUNS):
         raise ValueError(
@@ -123,56 +123,25 @@ def load_builtin_tasks(
 def load_userrl_entities(data_root: str | Path) -> dict[str, dict[str, Any]]:
     """The original all_entities_refined.json, indexed by case-folded title and by id."""
     path = Path(data_root) / USERRL_ENTITIES_JSON
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} not found: data_root must point at a UserRL data folder (holding gyms/ and data/)"
-        )
-    items = _read_json(path)
-    if not isinstance(items, list):
-        raise ValueError(f"{path}: expected a JSON array of entities")
-    _, index = index_entities(items, str(path))
+    _, index = index_entities(read_json_array(path, "entities"), str(path))
     return index
-
-
-def _row_title(row: dict[str, Any]) -> Any:
-    kwargs = (((row.get("extra_info") or {}).get("tools_kwargs") or {}).get("interact_with_env") or {}).get(
-        "create_kwargs"
-    ) or {}
-    return kwargs.get("title")
 
 
 def load_userrl_tasks(split: str, data_root: str | Path) -> list[Task]:
     """Original parquet rows of one split (train, test, alltrain, alltest) resolved by title (or id)."""
-    if split not in USERRL_PARQUET:
-        raise ValueError(f"UserRL telepathy splits are {sorted(USERRL_PARQUET)}, not {split!r}")
-    import polars as pl  # lazy: only this loader needs polars
-
+    check_userrl_split(GYM, split, USERRL_PARQUET)
     entities = load_userrl_entities(data_root)
     entities_path = Path(data_root) / USERRL_ENTITIES_JSON
     path = Path(data_root) / USERRL_PARQUET[split]
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} not found: data_root must point at a UserRL data folder (holding gyms/ and data/)"
-        )
-    try:
-        frame = pl.read_parquet(path, columns=["data_source", "prompt", "extra_info"])
-    except Exception as exc:  # polars raises several error types for unreadable files
-        raise ValueError(f"{path}: cannot read the parquet file ({exc})") from exc
     tasks = []
-    for index, row in enumerate(frame.filter(pl.col("data_source") == DATA_SOURCE).iter_rows(named=True)):
-        title = _row_title(row)
+    for index, row in enumerate(read_userrl_rows(path, DATA_SOURCE, ["data_source", "prompt", "extra_info"])):
+        title = create_kwargs(row).get("title")
         entity = (entities.get(title.casefold()) or entities.get(title)) if isinstance(title, str) else None
         if entity is None:
             raise ValueError(
                 f"{path}: row {index} has telepathy title {title!r}, which is not in {entities_path}"
             )
-        row_split = (row.get("extra_info") or {}).get("split") or split
-        try:
-            tasks.append(
-                Task(GYM, title, list(row["prompt"]), dict(entity), split=row_split, source="userrl")
-            )
-        except ValueError as exc:
-            raise ValueError(f"{path}: row {index} ({title!r}): {exc}") from exc
+        tasks.append(userrl_task(GYM, title, row, dict(entity), split, f"{path}: row {index}"))
     if not tasks:
         logger.warning("%s has no %s rows", path, DATA_SOURCE)
     return tasks
@@ -188,9 +157,8 @@ def load_telepathy_tasks(
     if source == "builtin":
         return load_builtin_tasks(split, category)
     if source == "userrl":
-        if data_root is None:
-            raise ValueError("source='userrl' needs data_root: the folder of the original UserRL data")
+        data_root = require_data_root(data_root)
         if category is not None:
             raise ValueError("the category filter applies to builtin telepathy tasks only")
         return load_userrl_tasks(split, data_root)
-    raise ValueError(f"unknown task source {source!r}; use 'builtin' or 'userrl'")
+    raise unknown_source(source)

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from pathlib import Path
 from typing import Any
 
 from userrl.envs.base import Task
+from userrl.envs.loading import (
+    check_builtin_split,
+    check_userrl_split,
+    create_kwargs,
+    read_json,
+    read_json_list,
+    read_userrl_rows,
+    require_data_root,
+    require_file,
+    unknown_source,
+    userrl_task,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -104,21 +115,11 @@ def validate_story(record: Any, where: str) -> dict[str, Any]:
     return data
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
-
-
 def read_builtin_stories(path: str | Path | None = None) -> list[dict[str, Any]]:
     """Every builtin story (validated, with its split), in file order; titles unique case-insensitively."""
     path = Path(path) if path is not None else BUILTIN_STORIES_PATH
-    doc = _read_json(path)
-    if not isinstance(doc, dict) or not isinstance(doc.get("stories"), list):
-        raise ValueError(f"{path}: expected an object with a 'stories' list")
     stories, seen = [], set()
-    for raw in doc["stories"]:
+    for raw in read_json_list(path, "stories"):
         story = validate_story(raw, str(path))
         if raw.get("split") not in ("train", "test"):
             raise ValueError(f"{path}: story {story['title']!r} needs split 'train' or 'test'")
@@ -132,8 +133,7 @@ def read_builtin_stories(path: str | Path | None = None) -> list[dict[str, Any]]
 
 def load_builtin_tasks(split: str = "train", path: str | Path | None = None) -> list[Task]:
     """Our own hand-written puzzles (turtle/data/stories.json) of one split."""
-    if split not in ("train", "test"):
-        raise ValueError(f"builtin turtle tasks have splits 'train' and 'test', not {split!r}")
+    check_builtin_split(GYM, split)
     tasks = []
     for story in read_builtin_stories(path):
         if story.pop("split") != split:
@@ -149,11 +149,7 @@ def load_userrl_stories(data_root: str | Path) -> dict[str, dict[str, Any]]:
     Only stories judged "Yes" are kept (GYMS.md 8).
     """
     path = Path(data_root) / USERRL_STORIES_JSON
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} not found: data_root must point at a UserRL data folder (holding gyms/ and data/)"
-        )
-    doc = _read_json(path)
+    doc = read_json(require_file(path))
     if not isinstance(doc, dict):
         raise ValueError(f"{path}: expected a JSON object of stories keyed by number")
     index: dict[str, dict[str, Any]] = {}
@@ -178,43 +174,21 @@ def load_userrl_stories(data_root: str | Path) -> dict[str, dict[str, Any]]:
     return index
 
 
-def _row_title(row: dict[str, Any]) -> Any:
-    kwargs = (((row.get("extra_info") or {}).get("tools_kwargs") or {}).get("interact_with_env") or {}).get(
-        "create_kwargs"
-    ) or {}
-    return kwargs.get("title")
-
-
 def load_userrl_tasks(split: str, data_root: str | Path) -> list[Task]:
     """Original parquet rows of one split (train, test, alltrain, alltest) resolved by title."""
-    if split not in USERRL_PARQUET:
-        raise ValueError(f"UserRL turtle splits are {sorted(USERRL_PARQUET)}, not {split!r}")
-    import polars as pl  # lazy: only this loader needs polars
-
+    check_userrl_split(GYM, split, USERRL_PARQUET)
     stories = load_userrl_stories(data_root)
     stories_path = Path(data_root) / USERRL_STORIES_JSON
     path = Path(data_root) / USERRL_PARQUET[split]
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{path} not found: data_root must point at a UserRL data folder (holding gyms/ and data/)"
-        )
-    try:
-        frame = pl.read_parquet(path, columns=["data_source", "prompt", "extra_info"])
-    except Exception as exc:  # polars raises several error types for unreadable files
-        raise ValueError(f"{path}: cannot read the parquet file ({exc})") from exc
     tasks = []
-    for index, row in enumerate(frame.filter(pl.col("data_source") == DATA_SOURCE).iter_rows(named=True)):
-        title = _row_title(row)
+    for index, row in enumerate(read_userrl_rows(path, DATA_SOURCE, ["data_source", "prompt", "extra_info"])):
+        title = create_kwargs(row).get("title")
         story = stories.get(title.casefold()) if isinstance(title, str) else None
         if story is None:
             raise ValueError(
                 f"{path}: row {index} has turtle title {title!r}, which is not in {stories_path}"
             )
-        row_split = (row.get("extra_info") or {}).get("split") or split
-        try:
-            tasks.append(Task(GYM, title, list(row["prompt"]), dict(story), split=row_split, source="userrl"))
-        except ValueError as exc:
-            raise ValueError(f"{path}: row {index} ({title!r}): {exc}") from exc
+        tasks.append(userrl_task(GYM, title, row, dict(story), split, f"{path}: row {index}"))
     if not tasks:
         logger.warning("%s has no %s rows", path, DATA_SOURCE)
     return tasks
@@ -227,7 +201,6 @@ def load_turtle_tasks(
     if source == "builtin":
         return load_builtin_tasks(split)
     if source == "userrl":
-        if data_root is None:
-            raise ValueError("source='userrl' needs data_root: the folder of the original UserRL data")
+        data_root = require_data_root(data_root)
         return load_userrl_tasks(split, data_root)
-    raise ValueError(f"unknown task source {source!r}; use 'builtin' or 'userrl'")
+    raise unknown_source(source)

@@ -30,9 +30,11 @@ def test_fit_checkpoint_and_exact_resume(ray_local, tiny_model, tmp_path):
     try:
         seen = []
         results = algo.fit(on_result=seen.append)
+        evaluation = algo.evaluate(num_tasks=2)
     finally:
         algo.stop()
     assert [r["iteration"] for r in results] == [1, 2, 3]
+    assert evaluation["eval/episodes"] == 2 and "eval/reward_mean/function" in evaluation
     assert any(r["phase"] == "sft" for r in seen)
     first = results[0]
     for key in ("rollout/reward_mean", "rollout/success_rate", "rollout/turns_mean", "rollout/tokens_per_s",

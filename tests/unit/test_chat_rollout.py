@@ -1,6 +1,7 @@
 """Token-exact rollouts: masks cover exactly the sampled tokens; the ids decode to the conversation."""
 
 import asyncio
+import json
 
 import numpy as np
 import pytest
@@ -124,3 +125,39 @@ def test_demonstrations_round_trip_through_parquet(tokenizer, tmp_path):
     assert [b.input_ids for b in back] == [d.input_ids for d in demos]
     assert [b.turns for b in back] == [d.turns for d in demos]
     assert back[0].messages == demos[0].messages
+
+
+def test_an_env_that_raises_gives_a_counted_aborted_episode(tokenizer):
+    from userrl.envs.function import FunctionEnv
+
+    class BrokenEnv(FunctionEnv):
+        async def _astep_impl(self, choice, content):
+            raise RuntimeError("simulated user crashed")
+
+    chat = ChatFormat(tokenizer, "bracket")
+    task = load_tasks("function", split="test")[0]
+    traj = asyncio.run(run_episode(BrokenEnv(task), task, chat, SolverPolicy(chat, task), RolloutLimits(),
+                                   uid="u", group_id="g"))
+    traj.check()
+    assert traj.aborted and traj.stop_reason == "aborted"
+    assert traj.error == "step_exception:RuntimeError"
+    assert traj.turn_rewards == [0.0]
+
+
+def test_file_demonstrations(tokenizer, tmp_path):
+    from userrl.sft import file_demonstrations
+
+    chat = ChatFormat(tokenizer, "bracket")
+    messages = [{"role": "system", "content": "Play."}, {"role": "user", "content": "Go."},
+                {"role": "assistant", "content": "[search] test"}, {"role": "tool", "content": "Test case: [1, 2, 3, 4]"},
+                {"role": "assistant", "content": "[answer] 3"}]
+    path = tmp_path / "demos.jsonl"
+    path.write_text(json.dumps({"messages": messages}) + "\n")
+    (demo,) = file_demonstrations(path, chat)
+    demo.check()
+    assert len(demo.turns) == 2 and demo.turns[0].feedback == "Test case: [1, 2, 3, 4]"
+    trained = [t for t, m in zip(demo.input_ids, demo.loss_mask, strict=True) if m]
+    assert tokenizer.decode(trained, skip_special_tokens=True) == "[search] test[answer] 3"
+    path.write_text("not json\n")
+    with pytest.raises(ValueError, match=r"demos.jsonl:1"):
+        file_demonstrations(path, chat)

@@ -3,14 +3,39 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
 from userrl.chat import ChatFormat
 from userrl.engines.base import GenerationOutput, GenerationRequest
 from userrl.envs import Task, make_env
+from userrl.envs.registry import get_gym
 from userrl.rollout import RolloutLimits, run_episode
 from userrl.trajectory import Trajectory
+
+
+def accepts_llm(gym: str) -> bool:
+    """Whether a gym has model-backed roles (its constructor takes an `llm` client)."""
+    return "llm" in inspect.signature(get_gym(gym)._configure).parameters
+
+
+def make_user_client(backend: str, llm: dict[str, Any] | None, user_replicas: list[Any] | None,
+                     tokenizer_path: str | None) -> Any:
+    """The RoleClient behind the gyms' simulated users and judges (None for the scripted backend)."""
+    if backend == "openai":
+        from userrl.envs.openai_client import make_role_client
+
+        return make_role_client(dict(llm or {}))
+    if backend == "local":
+        from transformers import AutoTokenizer
+
+        from userrl.users import ReplicaRoleClient
+
+        if not user_replicas or tokenizer_path is None:
+            raise ValueError("env.backend=local needs user replicas (started by the Algorithm)")
+        return ReplicaRoleClient(user_replicas, AutoTokenizer.from_pretrained(tokenizer_path))
+    return None
 
 
 @dataclass
@@ -29,10 +54,13 @@ class EnvRunner:
     """
 
     def __init__(self, tokenizer_path: str, protocol: str, limits: RolloutLimits, replicas: list[Any],
-                 env_kwargs: dict[str, dict[str, Any]] | None = None, max_concurrent_episodes: int = 256):
+                 env_kwargs: dict[str, dict[str, Any]] | None = None, max_concurrent_episodes: int = 256,
+                 user_backend: str = "scripted", llm: dict[str, Any] | None = None,
+                 user_replicas: list[Any] | None = None, user_tokenizer_path: str | None = None):
         from transformers import AutoTokenizer
 
         self.chat = ChatFormat(AutoTokenizer.from_pretrained(tokenizer_path), protocol)
+        self.user_client = make_user_client(user_backend, llm, user_replicas, user_tokenizer_path)
         self.limits = limits
         self.replicas = list(replicas)
         self.outstanding = [0] * len(self.replicas)
@@ -56,7 +84,10 @@ class EnvRunner:
 
         async def play(spec: EpisodeSpec) -> Trajectory:
             async with gate:
-                env = make_env(spec.task.gym, spec.task, **self.env_kwargs.get(spec.task.gym, {}))
+                kwargs = dict(self.env_kwargs.get(spec.task.gym, {}))
+                if self.user_client is not None and accepts_llm(spec.task.gym):
+                    kwargs["llm"] = self.user_client
+                env = make_env(spec.task.gym, spec.task, **kwargs)
                 return await run_episode(env, spec.task, self.chat, self._generate, limits,
                                          uid=spec.uid, group_id=spec.group_id, seed=seed)
 

@@ -1,0 +1,75 @@
+"""Scaffolding shared by the gyms' data generators: seeded test splits, canonical task files, write / --check."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from userrl.envs.loading import read_json
+
+_T = TypeVar("_T")
+
+
+def sample_test_ids(rnd: random.Random, ids: Sequence[_T], fraction: float, at_least: int = 0) -> set[_T]:
+    """The test split of ids: round(fraction * len(ids)) of them (at least at_least), drawn with rnd."""
+    return set(rnd.sample(ids, max(at_least, round(fraction * len(ids)))))
+
+
+def write_or_check(outputs: Mapping[Path, str], check: bool) -> int:
+    """Write each file (exit status 0), or with check only say whether each matches (1 when one does not)."""
+    if check:
+        stale = [p for p, text in outputs.items() if not p.is_file() or p.read_text(encoding="utf-8") != text]
+        for path in outputs:
+            print(f"{path}: {'differs from a fresh run' if path in stale else 'up to date'}")
+        return 1 if stale else 0
+    for path, text in outputs.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        print(f"wrote {path} ({len(text)} bytes)")
+    return 0
+
+
+# ---------------------------------------------------------------- hand-written sets kept in canonical form
+
+
+def read_raw_items(path: Path) -> list[Any]:
+    """The items of a hand-written task file: a bare list, or the 'tasks' list of a canonical file."""
+    doc = read_json(path)
+    raw = doc.get("tasks") if isinstance(doc, dict) else doc
+    if not isinstance(raw, list):
+        raise ValueError(f"{path}: expected a list of items or an object with a 'tasks' list")
+    return raw
+
+
+def render_task_file(gym: str, split_seed: int, items: list[dict[str, Any]]) -> str:
+    """The canonical text of a hand-written gym's task file."""
+    doc = {
+        "format": f"userrl-{gym}-tasks",
+        "version": 1,
+        "split_seed": split_seed,
+        "generator": f"python -m userrl.envs.{gym}.generate",
+        "tasks": items,
+    }
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+
+
+def canonical_main(
+    argv: Sequence[str] | None, description: str, default_path: Path, canonical_text: Callable[[Path], str]
+) -> int:
+    """Rewrite a hand-written file in canonical form, or with --check only report whether it already is."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--path", type=Path, default=default_path)
+    parser.add_argument("--check", action="store_true", help="verify only; exit 1 if the file would change")
+    args = parser.parse_args(argv)
+    text = canonical_text(args.path)
+    if args.check:
+        same = args.path.read_text(encoding="utf-8") == text
+        print(f"{args.path}: {'canonical' if same else 'NOT canonical; run without --check'}")
+        return 0 if same else 1
+    args.path.write_text(text, encoding="utf-8")
+    print(f"wrote {args.path}")
+    return 0
