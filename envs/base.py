@@ -151,6 +151,22 @@ def text_space(max_length: int) -> UnicodeText:
 BOOL_SPACE = spaces.Discrete(2)
 
 
+class ScalarBox(spaces.Box):
+    """A shape-() float64 Box (default [0, 1]) that holds plain Python numbers.
+
+    Observations stay JSON-friendly floats instead of 0-d arrays; gymnasium's Box would cast them and warn.
+    """
+
+    def __init__(self, low: float = 0.0, high: float = 1.0) -> None:
+        super().__init__(low=low, high=high, shape=(), dtype=np.float64)
+
+    def contains(self, x: Any) -> bool:
+        """Any real number (not bool) within [low, high]."""
+        if isinstance(x, bool) or not isinstance(x, int | float | np.integer | np.floating):
+            return False
+        return bool(self.low <= float(x) <= self.high)
+
+
 def run_sync(coro: Coroutine[Any, Any, _T]) -> _T:
     """Run a coroutine to completion from sync code, whether or not this thread already runs a loop."""
     try:

@@ -137,7 +137,9 @@ def row_split(row: dict[str, Any], split: str) -> str:
     return (row.get("extra_info") or {}).get("split") or split
 
 
-def userrl_task(gym: str, key: str, row: dict[str, Any], data: dict[str, Any], split: str, where: str) -> Task:
+def userrl_task(
+    gym: str, key: str, row: dict[str, Any], data: dict[str, Any], split: str, where: str
+) -> Task:
     """The Task of one original row with its prompt verbatim; ValueError says where (file and row) and key."""
     try:
         return Task(gym, key, list(row["prompt"]), data, split=row_split(row, split), source="userrl")

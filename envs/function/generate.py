@@ -17,6 +17,7 @@ from typing import Any
 from userrl.envs.function.safe_eval import VARIABLES, EvaluationError, Formula
 from userrl.envs.function.solver import PROBE_POOL
 from userrl.envs.function.tasks import BUILTIN_TASKS_PATH
+from userrl.envs.generate_cli import sample_test_ids, write_or_check
 
 GENERATOR_SEED = 20250611
 PER_LEVEL = 130
@@ -164,7 +165,7 @@ def generate_tasks(seed: int = GENERATOR_SEED, per_level: int = PER_LEVEL) -> li
         # One generator per level, so changing one level's builder leaves the other levels unchanged.
         rnd = random.Random(f"{seed}-level-{level}")
         items = generate_level(level, per_level, rnd)
-        test_ids = set(rnd.sample(range(len(items)), round(len(items) * TEST_FRACTION)))
+        test_ids = sample_test_ids(rnd, range(len(items)), TEST_FRACTION)
         for i, item in enumerate(items):
             tasks.append({"id": f"fn-{level}-{i:03d}", **item, "split": "test" if i in test_ids else "train"})
     return tasks
@@ -188,15 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-level", type=int, default=PER_LEVEL)
     parser.add_argument("--check", action="store_true", help="exit 1 if the file differs from a fresh run")
     args = parser.parse_args(argv)
-    text = render(generate_tasks(args.seed, args.per_level), args.seed)
-    if args.check:
-        same = args.output.is_file() and args.output.read_text(encoding="utf-8") == text
-        print(f"{args.output}: {'up to date' if same else 'differs from a fresh run'}")
-        return 0 if same else 1
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text, encoding="utf-8")
-    print(f"wrote {args.output} ({len(text)} bytes)")
-    return 0
+    return write_or_check(
+        {args.output: render(generate_tasks(args.seed, args.per_level), args.seed)}, args.check
+    )
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ import math
 
 import numpy as np
 
-from userrl.envs.base import MultiTurnEnv, Task, tool_call_to_action
+from userrl.envs.base import MultiTurnEnv, Task
+from userrl.envs.solving import play_episode
 
 #: The probe inputs the solver draws from. Each vector is a divisibility chain (later values divide
 #: earlier ones), so most rules with `/` still give whole numbers there; the generator rejects every
@@ -55,14 +56,4 @@ def solve_episode(
     env: MultiTurnEnv, task: Task, rng: np.random.Generator
 ) -> list[tuple[str, str, str, float]]:
     """Reset env on task and play the solver to the end: one (choice, content, feedback, reward) per step."""
-    solver = FunctionSolver(task, rng)
-    obs, _ = env.reset(options={"task": task})
-    feedback: str | None = None
-    steps: list[tuple[str, str, str, float]] = []
-    while True:
-        choice, content = solver.next_action(feedback)
-        obs, reward, terminated, truncated, _ = env.step(tool_call_to_action(choice, content))
-        feedback = obs["feedback"]
-        steps.append((choice, content, feedback, float(reward)))
-        if terminated or truncated:
-            return steps
+    return play_episode(env, task, FunctionSolver(task, rng))

@@ -7,10 +7,9 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
-import numpy as np
 from gymnasium import spaces
 
-from userrl.envs.base import BOOL_SPACE, MAX_FEEDBACK_CHARS, MultiTurnEnv, Task, text_space
+from userrl.envs.base import BOOL_SPACE, MAX_FEEDBACK_CHARS, MultiTurnEnv, ScalarBox, Task, text_space
 from userrl.envs.intention import roles
 from userrl.envs.intention.roles import FALLBACK_REPLIES, JUDGE_ROLE, USER_ROLE, Judgement
 from userrl.envs.intention.scripted import detail_keywords, scripted_judgement, scripted_reply
@@ -32,16 +31,6 @@ MULTI_DETAIL_PENALTY = 0.2
 REWARD_PRESETS = ("train", "eval")
 
 _T = TypeVar("_T")
-
-
-class ScalarBox(spaces.Box):
-    """A shape-() float Box that accepts plain Python numbers (gymnasium's Box casts them and warns)."""
-
-    def contains(self, x: Any) -> bool:
-        """Any real number (not bool) within [low, high]."""
-        if isinstance(x, bool) or not isinstance(x, int | float | np.integer | np.floating):
-            return False
-        return bool(self.low <= float(x) <= self.high)
 
 
 def base_reward(importances: Sequence[int], penalty: float = MULTI_DETAIL_PENALTY) -> float:
@@ -116,8 +105,8 @@ class IntentionEnv(MultiTurnEnv):
             "episode_complete": BOOL_SPACE,
             "total_missing_details": counter,
             "remaining_missing_details": counter,
-            "coverage_ratio": ScalarBox(low=0.0, high=1.0, shape=(), dtype=np.float64),
-            "last_reward": ScalarBox(low=low, high=high, shape=(), dtype=np.float64),
+            "coverage_ratio": ScalarBox(),
+            "last_reward": ScalarBox(low, high),
         }
 
     def _load_task(self, task: Task) -> None:

@@ -8,8 +8,6 @@ design rules that the scripted backend and the solver rely on, and writes the fi
 
 from __future__ import annotations
 
-import argparse
-import json
 import random
 import sys
 import uuid
@@ -17,8 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from userrl.envs.generate_cli import canonical_main, read_raw_items, render_task_file, sample_test_ids
 from userrl.envs.intention.scripted import covers, detail_keywords
-from userrl.envs.intention.tasks import BUILTIN_TASKS_PATH, details_of, read_json, validate_detail
+from userrl.envs.intention.tasks import BUILTIN_TASKS_PATH, GYM, details_of, validate_detail
 from userrl.envs.text import content_words
 
 SPLIT_SEED = 20250612
@@ -94,9 +93,7 @@ def assign_splits(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if len(ids) < 2:
             continue
         # A generator of its own per category: adding one category leaves the others' splits alone.
-        rnd = random.Random(f"{SPLIT_SEED}/{category}")
-        n_test = max(1, round(TEST_FRACTION * len(ids)))
-        test_ids.update(rnd.sample(sorted(ids), n_test))
+        test_ids |= sample_test_ids(random.Random(f"{SPLIT_SEED}/{category}"), sorted(ids), TEST_FRACTION, 1)
     out = []
     for item in items:
         split = "test" if item["id"] in test_ids else "train"
@@ -112,41 +109,14 @@ def assign_splits(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def render(items: list[dict[str, Any]]) -> str:
-    """The canonical text of the data file."""
-    doc = {
-        "format": "userrl-intention-tasks",
-        "version": 1,
-        "split_seed": SPLIT_SEED,
-        "generator": "python -m userrl.envs.intention.generate",
-        "tasks": items,
-    }
-    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
-
-
 def canonical_text(path: Path = BUILTIN_TASKS_PATH) -> str:
     """The canonical form of the data file at path."""
-    doc = read_json(path)
-    raw = doc.get("tasks") if isinstance(doc, dict) else doc
-    if not isinstance(raw, list):
-        raise ValueError(f"{path}: expected a list of items or an object with a 'tasks' list")
-    return render(canonical_items(raw))
+    return render_task_file(GYM, SPLIT_SEED, canonical_items(read_raw_items(path)))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Rewrite the data file in canonical form, or with --check only report whether it already is."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--path", type=Path, default=BUILTIN_TASKS_PATH)
-    parser.add_argument("--check", action="store_true", help="verify only; exit 1 if the file would change")
-    args = parser.parse_args(argv)
-    text = canonical_text(args.path)
-    if args.check:
-        same = args.path.read_text(encoding="utf-8") == text
-        print(f"{args.path}: {'canonical' if same else 'NOT canonical; run without --check'}")
-        return 0 if same else 1
-    args.path.write_text(text, encoding="utf-8")
-    print(f"wrote {args.path}")
-    return 0
+    return canonical_main(argv, __doc__.splitlines()[0], BUILTIN_TASKS_PATH, canonical_text)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ from userrl.envs.loading import (
     check_userrl_split,
     create_kwargs,
     index_by_id,
-    read_json,
     read_json_array,
     read_split_items,
     read_userrl_rows,

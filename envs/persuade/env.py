@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-import numpy as np
 from gymnasium import spaces
 
-from userrl.envs.base import BOOL_SPACE, MAX_FEEDBACK_CHARS, MultiTurnEnv, Task, text_space
+from userrl.envs.base import BOOL_SPACE, MAX_FEEDBACK_CHARS, MultiTurnEnv, ScalarBox, Task, text_space
 from userrl.envs.llm import RoleClient
 from userrl.envs.persuade import roles
 from userrl.envs.persuade.roles import FALLBACK_REPLY, PERSUADEE_ROLE, STANCES, stance_index
@@ -28,16 +27,6 @@ TOP = len(STANCES) - 1
 TITLE_CHARS = 100
 REWARD_MODES = ("forward_delta", "best_improvement")
 REWARD_PRESETS = ("train", "eval")
-
-
-class ScalarBox(spaces.Box):
-    """A shape-() float Box that accepts plain Python numbers (gymnasium's Box casts them and warns)."""
-
-    def contains(self, x: Any) -> bool:
-        """Any real number (not bool) within [low, high]."""
-        if isinstance(x, bool) or not isinstance(x, int | float | np.integer | np.floating):
-            return False
-        return bool(self.low <= float(x) <= self.high)
 
 
 def forward_delta_reward(old: int, new: int) -> float:
@@ -91,7 +80,7 @@ class PersuadeEnv(MultiTurnEnv):
             raise ValueError("the persuadee uses a model backend but no llm RoleClient was given (llm=...)")
 
     def _observation_fields(self) -> dict[str, spaces.Space]:
-        score = ScalarBox(low=0.0, high=1.0, shape=(), dtype=np.float64)
+        score = ScalarBox()
         return {
             "statement_title": text_space(TITLE_CHARS),
             "statement_text": text_space(MAX_FEEDBACK_CHARS),

@@ -12,7 +12,8 @@ import re
 
 import numpy as np
 
-from userrl.envs.base import MultiTurnEnv, Task, tool_call_to_action
+from userrl.envs.base import MultiTurnEnv, Task
+from userrl.envs.solving import play_episode
 from userrl.envs.text import content_words
 
 #: Generic rebuttals: {claim} is the claim (lower-cased first letter), {quote} a sentence of the argument.
@@ -98,14 +99,4 @@ def solve_episode(
     env: MultiTurnEnv, task: Task, rng: np.random.Generator
 ) -> list[tuple[str, str, str, float]]:
     """Reset env on task and play the solver to the end: one (choice, content, feedback, reward) per step."""
-    solver = PersuadeSolver(task, rng)
-    env.reset(options={"task": task})
-    feedback: str | None = None
-    steps: list[tuple[str, str, str, float]] = []
-    while True:
-        choice, content = solver.next_action(feedback)
-        obs, reward, terminated, truncated, _ = env.step(tool_call_to_action(choice, content))
-        feedback = obs["feedback"]
-        steps.append((choice, content, feedback, float(reward)))
-        if terminated or truncated:
-            return steps
+    return play_episode(env, task, PersuadeSolver(task, rng))

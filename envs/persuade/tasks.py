@@ -15,7 +15,6 @@ from userrl.envs.loading import (
     check_builtin_split,
     check_userrl_split,
     create_kwargs,
-    read_json,
     read_split_items,
     read_userrl_rows,
     require_data_root,

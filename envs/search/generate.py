@@ -20,6 +20,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from userrl.envs.generate_cli import sample_test_ids, write_or_check
 from userrl.envs.search.backends import MAX_SEARCH_RESULTS
 from userrl.envs.search.corpus import BUILTIN_CORPUS_PATH, CorpusIndex, Document
 from userrl.envs.search.documents import render_documents
@@ -118,7 +119,7 @@ def generate(seed: int = GENERATOR_SEED) -> tuple[list[Document], list[dict[str,
     test_ids: set[int] = set()
     for hops in (1, 2):
         members = [i for i, c in enumerate(chosen) if c.hops == hops]
-        test_ids.update(rnd.sample(members, round(len(members) * TEST_FRACTION)))
+        test_ids |= sample_test_ids(rnd, members, TEST_FRACTION)
     records = [
         {
             "id": f"search-{i + 1:03d}",
@@ -160,16 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     documents, records = generate(args.seed)
     outputs = {args.corpus: render_corpus(documents), args.questions: render_questions(records, args.seed)}
-    if args.check:
-        stale = [p for p, text in outputs.items() if not p.is_file() or p.read_text(encoding="utf-8") != text]
-        for path in outputs:
-            print(f"{path}: {'differs from a fresh run' if path in stale else 'up to date'}")
-        return 1 if stale else 0
-    for path, text in outputs.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        print(f"wrote {path} ({len(text)} bytes)")
-    return 0
+    return write_or_check(outputs, args.check)
 
 
 if __name__ == "__main__":

@@ -6,11 +6,11 @@ import copy
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-import numpy as np
 from gymnasium import spaces
 
-from userrl.envs.base import BOOL_SPACE, MAX_FEEDBACK_CHARS, MultiTurnEnv, Task, text_space
+from userrl.envs.base import BOOL_SPACE, MAX_FEEDBACK_CHARS, MultiTurnEnv, ScalarBox, Task, text_space
 from userrl.envs.llm import RoleClient
+from userrl.envs.oracle import validate_oracle_reply
 from userrl.envs.telepathy import roles
 
 # Every feedback string of section 6, verbatim (the judge's own wording comes from roles).
@@ -22,19 +22,6 @@ INVALID_ACTION = "Invalid action. Allowed choices: action (a yes/no question), a
 #: The reset text; like every reset text it is never shown to the agent (0.3).
 WELCOME = "TelepathyGym: the entity is chosen. Ask yes/no questions, then guess it."
 ROLES = ("oracle", "judge")
-
-
-class UnitScore(spaces.Box):
-    """A scalar score in [0, 1] that accepts plain Python floats (Box warns on anything but arrays)."""
-
-    def __init__(self) -> None:
-        super().__init__(low=0.0, high=1.0, shape=(), dtype=np.float64)
-
-    def contains(self, x: Any) -> bool:
-        """Any real number (not bool) in [0, 1]."""
-        if isinstance(x, int | float) and not isinstance(x, bool):
-            return 0.0 <= float(x) <= 1.0
-        return super().contains(x)
 
 
 class TelepathyEnv(MultiTurnEnv):
@@ -79,8 +66,8 @@ class TelepathyEnv(MultiTurnEnv):
             "goal": text_space(MAX_FEEDBACK_CHARS),
             "step_count": self.count_space(),
             "episode_complete": BOOL_SPACE,
-            "current_score": UnitScore(),
-            "best_score": UnitScore(),
+            "current_score": ScalarBox(),
+            "best_score": ScalarBox(),
         }
 
     def _load_task(self, task: Task) -> None:
@@ -163,7 +150,7 @@ class TelepathyEnv(MultiTurnEnv):
             history = self.oracle_history[-self.oracle_history_turns :] if self.oracle_history_turns else []
             user = roles.oracle_user_message(self._target, question, history)
             answer, call = await self.llm.complete_json(
-                roles.ORACLE_ROLE, roles.ORACLE_SYSTEM_PROMPT, user, roles.validate_oracle_reply
+                roles.ORACLE_ROLE, roles.ORACLE_SYSTEM_PROMPT, user, validate_oracle_reply
             )
             self.record_lm_call(call.role, call.attempts, call.ok, call.latency_s)
         if answer is None:

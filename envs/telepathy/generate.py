@@ -14,6 +14,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from userrl.envs.generate_cli import sample_test_ids, write_or_check
+from userrl.envs.loading import read_json_list
 from userrl.envs.telepathy import facts
 from userrl.envs.telepathy.tasks import BUILTIN_ENTITIES_PATH
 
@@ -24,14 +26,8 @@ TEST_FRACTION = 0.25
 
 def read_facts(path: Path = FACTS_PATH) -> list[dict[str, Any]]:
     """The hand-written facts, validated: unique ids and titles (case-insensitively), known categories."""
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
-    if not isinstance(doc, dict) or not isinstance(doc.get("entities"), list):
-        raise ValueError(f"{path}: expected an object with an 'entities' list")
     out, ids, titles = [], set(), set()
-    for raw in doc["entities"]:
+    for raw in read_json_list(path, "entities"):
         if not isinstance(raw, dict) or not all(
             isinstance(raw.get(k), str) for k in ("id", "title", "category")
         ):
@@ -57,8 +53,7 @@ def split_ids(entities: list[dict[str, Any]], seed: int = GENERATOR_SEED) -> set
         by_category[entity["category"]].append(entity["id"])
     test: set[str] = set()
     for category, ids in sorted(by_category.items()):
-        rnd = random.Random(f"{seed}-{category}")
-        test.update(rnd.sample(sorted(ids), round(len(ids) * TEST_FRACTION)))
+        test |= sample_test_ids(random.Random(f"{seed}-{category}"), sorted(ids), TEST_FRACTION)
     return test
 
 
@@ -99,15 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=GENERATOR_SEED)
     parser.add_argument("--check", action="store_true", help="exit 1 if the file differs from a fresh run")
     args = parser.parse_args(argv)
-    text = render(generate_entities(args.seed, args.facts), args.seed)
-    if args.check:
-        same = args.output.is_file() and args.output.read_text(encoding="utf-8") == text
-        print(f"{args.output}: {'up to date' if same else 'differs from a fresh run'}")
-        return 0 if same else 1
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text, encoding="utf-8")
-    print(f"wrote {args.output} ({len(text)} bytes)")
-    return 0
+    return write_or_check(
+        {args.output: render(generate_entities(args.seed, args.facts), args.seed)}, args.check
+    )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from userrl.envs.json_extract import as_label
+from userrl.envs.oracle import history_block
 from userrl.envs.text import content_words, norm
 
 ORACLE_ROLE = "telepathy_oracle"
@@ -19,7 +20,6 @@ ORACLE_SYSTEM_PROMPT = (
     'Reply with one JSON object only: {"thought": "<brief reasoning>", "response": "Yes" | "No" | "Maybe"}'
 )
 ORACLE_USER_TEMPLATE = "Entity you are thinking of:\n{entity}\n\n{history}Question:\n{question}"
-ORACLE_HISTORY_TEMPLATE = "Earlier questions and your answers:\n{lines}\n\n"
 
 JUDGE_SYSTEM_PROMPT = (
     "You judge a guess in twenty questions. You know the entity; the player names a guess.\n"
@@ -52,27 +52,9 @@ HYPERNYMS: tuple[tuple[str, str], ...] = (
     ),
     ("vehicle aircraft", "vehicle transport travel"),
 )
-_LABELS = {"yes": "Yes", "no": "No", "maybe": "Maybe"}
 
 
 # ---------------------------------------------------------------- reply normalisation and validators
-
-
-def normalize_yes_no(value: Any) -> str:
-    """The oracle's reply as "Yes", "No" or "Maybe": its first word, case-insensitively; else "Maybe"."""
-    if isinstance(value, bool):
-        return "Yes" if value else "No"
-    if not isinstance(value, str) or not value.split():
-        return "Maybe"
-    first = value.split()[0].strip(".,;:!?\"'*`()[]").casefold()
-    return _LABELS.get(first, "Maybe")
-
-
-def validate_oracle_reply(obj: dict[str, Any]) -> str:
-    """Check an oracle reply {"thought", "response"}; the value is the normalised answer."""
-    if "response" not in obj:
-        raise KeyError("the oracle reply has no 'response'")
-    return normalize_yes_no(obj["response"])
 
 
 def validate_judge_reply(obj: dict[str, Any]) -> dict[str, Any]:
@@ -92,15 +74,9 @@ def validate_judge_reply(obj: dict[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------- prompts
 
 
-def _history(history: Sequence[tuple[str, str]]) -> str:
-    if not history:
-        return ""
-    return ORACLE_HISTORY_TEMPLATE.format(lines="\n".join(f"Q: {q}\nA: {a}" for q, a in history))
-
-
 def oracle_user_message(entity: str, question: str, history: Sequence[tuple[str, str]]) -> str:
     """The oracle's user message; history holds the (question, answer) pairs to show (often none)."""
-    return ORACLE_USER_TEMPLATE.format(entity=entity, history=_history(history), question=question)
+    return ORACLE_USER_TEMPLATE.format(entity=entity, history=history_block(history), question=question)
 
 
 def judge_user_message(entity: str, guess: str) -> str:

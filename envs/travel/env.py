@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 import numpy as np
 from gymnasium import spaces
 
-from userrl.envs.base import BOOL_SPACE, MAX_FEEDBACK_CHARS, MultiTurnEnv, Task, text_space
+from userrl.envs.base import BOOL_SPACE, MAX_FEEDBACK_CHARS, MultiTurnEnv, ScalarBox, Task, text_space
 from userrl.envs.llm import RoleClient
 from userrl.envs.travel import roles
 from userrl.envs.travel.schema import (
@@ -63,19 +63,6 @@ REWARD_BOUND = 1e9
 ROLE_MAX_TOKENS = 2048
 ROLE_TEMPERATURE = 0.0
 BACKENDS = ("scripted", "llm")
-
-
-class ScalarBox(spaces.Box):
-    """A shape-() float Box whose membership test accepts plain Python numbers.
-
-    Observations stay JSON-friendly floats instead of 0-d arrays; gymnasium's Box would cast and warn.
-    """
-
-    def contains(self, x: Any) -> bool:
-        """Any real number (not bool) within [low, high]."""
-        if isinstance(x, bool) or not isinstance(x, int | float | np.integer | np.floating):
-            return False
-        return bool(self.low <= float(x) <= self.high)
 
 
 @dataclass
@@ -170,10 +157,10 @@ class TravelEnv(MultiTurnEnv):
             "episode_complete": BOOL_SPACE,
             "total_preferences": counter,
             "remaining_preferences": counter,
-            "elicitation_ratio": ScalarBox(low=0.0, high=1.0, shape=(), dtype=np.float64),
+            "elicitation_ratio": ScalarBox(),
             "active_elicited_preferences": counter,
             "passive_elicited_preferences": counter,
-            "last_reward": ScalarBox(low=-REWARD_BOUND, high=REWARD_BOUND, shape=(), dtype=np.float64),
+            "last_reward": ScalarBox(-REWARD_BOUND, REWARD_BOUND),
         }
 
     def _load_task(self, task: Task) -> None:

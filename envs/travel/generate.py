@@ -17,6 +17,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
+from userrl.envs.generate_cli import sample_test_ids
 from userrl.envs.travel import catalog
 from userrl.envs.travel.catalog import Option, PreferenceSpec, Trip
 from userrl.envs.travel.roles import scripted_search_judge, scripted_type_judge
@@ -296,7 +297,7 @@ def make_splits(seed: int, files: dict[str, dict[str, dict[str, Any]]]) -> dict[
     test: list[str] = []
     for subset, scenarios in files.items():
         ids = list(scenarios)
-        picked = set(random.Random(f"{seed}-split-{subset}").sample(ids, round(len(ids) * TEST_FRACTION)))
+        picked = sample_test_ids(random.Random(f"{seed}-split-{subset}"), ids, TEST_FRACTION)
         train += [i for i in ids if i not in picked]
         test += [i for i in ids if i in picked]
     return {

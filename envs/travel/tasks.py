@@ -8,7 +8,6 @@ rows (ids, best ids, prompts) for inspection.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -16,6 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from userrl.envs.base import Task
+from userrl.envs.loading import (
+    check_builtin_split,
+    check_userrl_split,
+    create_kwargs,
+    read_json,
+    read_userrl_rows,
+    require_data_root,
+    row_split,
+    unknown_source,
+)
 from userrl.envs.travel.schema import (
     ASPECT_LETTERS,
     best_ids_from_ground_truth,
@@ -97,17 +106,10 @@ def _subset_filter(subset: str | Sequence[str] | None) -> frozenset[str] | None:
     return wanted
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
-
-
 @cache
 def _scenario_file(path: str, mtime_ns: int, size: int) -> dict[str, dict[str, Any]]:
     # Keyed by modification time too, so a rewritten file is read again; otherwise once per process.
-    doc = _read_json(Path(path))
+    doc = read_json(Path(path))
     if not isinstance(doc, dict):
         raise ValueError(f"{path}: expected an object keyed by scenario id")
     for scenario_id, raw in doc.items():
@@ -144,12 +146,11 @@ def load_builtin_tasks(
     split: str = "train", subset: str | Sequence[str] | None = None, data_dir: str | Path | None = None
 ) -> list[Task]:
     """Our generated scenarios of one split (travel/data), optionally of some sub-sets."""
-    if split not in ("train", "test"):
-        raise ValueError(f"builtin travel tasks have splits 'train' and 'test', not {split!r}")
+    check_builtin_split(GYM, split)
     wanted = _subset_filter(subset)
     data_dir = Path(data_dir) if data_dir is not None else DATA_DIR
     splits_path = data_dir / BUILTIN_SPLITS_PATH.name
-    splits = _read_json(splits_path)
+    splits = read_json(splits_path)
     if not isinstance(splits, dict) or not all(isinstance(splits.get(s), list) for s in ("train", "test")):
         raise ValueError(f"{splits_path}: expected an object with 'train' and 'test' id lists")
     ids = set(splits[split])
@@ -169,16 +170,9 @@ def load_builtin_tasks(
     return tasks
 
 
-def _create_kwargs_id(row: dict[str, Any]) -> Any:
-    kwargs = (((row.get("extra_info") or {}).get("tools_kwargs") or {}).get("interact_with_env") or {}).get(
-        "create_kwargs"
-    ) or {}
-    return kwargs.get("id")
-
-
 def _row(row: dict[str, Any], index: int, path: Path, file_subset: str | None, split: str) -> TravelRow:
     where = f"{path}: row {index}"
-    scenario_id = _create_kwargs_id(row)
+    scenario_id = create_kwargs(row).get("id")
     if not isinstance(scenario_id, str):
         raise ValueError(f"{where}: no create_kwargs.id")
     try:
@@ -196,34 +190,22 @@ def _row(row: dict[str, Any], index: int, path: Path, file_subset: str | None, s
     prompt = tuple({"role": m["role"], "content": m["content"]} for m in row.get("prompt") or [])
     if [m["role"] for m in prompt] != ["system", "user"]:
         raise ValueError(f"{where}: prompt must be [system, user] messages")
-    row_split = (row.get("extra_info") or {}).get("split") or split
-    return TravelRow(scenario_id, subset, tuple(best), prompt, row_split, index, str(path))
+    return TravelRow(scenario_id, subset, tuple(best), prompt, row_split(row, split), index, str(path))
 
 
 def read_travel_rows(
     split: str, data_root: str | Path, subset: str | Sequence[str] | None = None
 ) -> list[TravelRow]:
     """The original Travel parquet rows of one split (train, test: the eight sub-sets; alltrain, alltest)."""
-    if split not in USERRL_SPLITS:
-        raise ValueError(f"UserRL travel splits are {sorted(USERRL_SPLITS)}, not {split!r}")
-    import polars as pl  # lazy: only this loader needs polars
-
+    check_userrl_split(GYM, split, USERRL_SPLITS)
     wanted = _subset_filter(subset)
     rows: list[TravelRow] = []
     for rel, file_subset in USERRL_SPLITS[split]:
         if wanted is not None and file_subset is not None and file_subset not in wanted:
             continue
         path = Path(data_root) / rel
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"{path} not found: data_root must point at a UserRL data folder (holding gyms/ and data/)"
-            )
-        try:
-            frame = pl.read_parquet(path, columns=["data_source", "prompt", "reward_model", "extra_info"])
-        except Exception as exc:  # polars raises several error types for unreadable files
-            raise ValueError(f"{path}: cannot read the parquet file ({exc})") from exc
-        frame = frame.filter(pl.col("data_source") == DATA_SOURCE)
-        for index, raw in enumerate(frame.iter_rows(named=True)):
+        columns = ["data_source", "prompt", "reward_model", "extra_info"]
+        for index, raw in enumerate(read_userrl_rows(path, DATA_SOURCE, columns)):
             row = _row(raw, index, path, file_subset, split)
             if wanted is None or row.subset in wanted:
                 rows.append(row)
@@ -279,7 +261,5 @@ def load_travel_tasks(
     if source == "builtin":
         return load_builtin_tasks(split, subset)
     if source == "userrl":
-        if data_root is None:
-            raise ValueError("source='userrl' needs data_root: the folder of the original UserRL data")
-        return load_userrl_tasks(split, data_root, subset)
-    raise ValueError(f"unknown task source {source!r}; use 'builtin' or 'userrl'")
+        return load_userrl_tasks(split, require_data_root(data_root), subset)
+    raise unknown_source(source)

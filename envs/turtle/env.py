@@ -7,11 +7,11 @@ import math
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-import numpy as np
 from gymnasium import spaces
 
-from userrl.envs.base import BOOL_SPACE, MAX_FEEDBACK_CHARS, MultiTurnEnv, Task, text_space
+from userrl.envs.base import BOOL_SPACE, MAX_FEEDBACK_CHARS, MultiTurnEnv, ScalarBox, Task, text_space
 from userrl.envs.llm import RoleClient
+from userrl.envs.oracle import validate_oracle_reply
 from userrl.envs.text import content_words
 from userrl.envs.turtle import roles
 
@@ -31,19 +31,6 @@ GOAL = "Uncover the hidden story behind the surface and tell it in full."
 #: Termination tolerance: rubric weights that sum to 1 - 1e-16 must still allow a perfect story (Decisions).
 SUCCESS_TOLERANCE = 1e-9
 ROLES = ("oracle", "grader")
-
-
-class UnitScore(spaces.Box):
-    """A scalar score in [0, 1] that accepts plain Python floats (Box warns on anything but arrays)."""
-
-    def __init__(self) -> None:
-        super().__init__(low=0.0, high=1.0, shape=(), dtype=np.float64)
-
-    def contains(self, x: Any) -> bool:
-        """Any real number (not bool) in [0, 1]."""
-        if isinstance(x, int | float) and not isinstance(x, bool):
-            return 0.0 <= float(x) <= 1.0
-        return super().contains(x)
 
 
 class TurtleEnv(MultiTurnEnv):
@@ -92,8 +79,8 @@ class TurtleEnv(MultiTurnEnv):
             "goal": text_space(MAX_FEEDBACK_CHARS),
             "step_count": self.count_space(),
             "episode_complete": BOOL_SPACE,
-            "current_score": UnitScore(),
-            "best_score": UnitScore(),
+            "current_score": ScalarBox(),
+            "best_score": ScalarBox(),
         }
 
     def _load_task(self, task: Task) -> None:
@@ -174,7 +161,7 @@ class TurtleEnv(MultiTurnEnv):
             history = self.oracle_history[-self.oracle_history_turns :] if self.oracle_history_turns else []
             user = roles.oracle_user_message(self._surface, self._bottom, question, history)
             answer, call = await self.llm.complete_json(
-                roles.ORACLE_ROLE, roles.ORACLE_SYSTEM_PROMPT, user, roles.validate_oracle_reply
+                roles.ORACLE_ROLE, roles.ORACLE_SYSTEM_PROMPT, user, validate_oracle_reply
             )
             self.record_lm_call(call.role, call.attempts, call.ok, call.latency_s)
         if answer is None:

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from userrl.envs.json_extract import as_float
+from userrl.envs.oracle import history_block
 from userrl.envs.text import content_words
 
 ORACLE_ROLE = "turtle_oracle"
@@ -23,7 +24,6 @@ ORACLE_SYSTEM_PROMPT = (
 ORACLE_USER_TEMPLATE = (
     "Surface:\n{surface}\n\nBottom (hidden from the player):\n{bottom}\n\n{history}Question:\n{question}"
 )
-ORACLE_HISTORY_TEMPLATE = "Earlier questions and your answers:\n{lines}\n\n"
 
 GRADER_SYSTEM_PROMPT = (
     "You grade a player's solution to a lateral-thinking puzzle. You get the puzzle surface, the true "
@@ -46,28 +46,10 @@ GRADER_GENERIC_WORDS = frozenset(
         "logically justifiable original different"
     )
 )
-_LABELS = {"yes": "Yes", "no": "No", "maybe": "Maybe"}
 _SNAP_POINTS = (0.0, 0.5, 1.0)
 
 
 # ---------------------------------------------------------------- reply normalisation and validators
-
-
-def normalize_yes_no(value: Any) -> str:
-    """The oracle's reply as "Yes", "No" or "Maybe": its first word, case-insensitively; else "Maybe"."""
-    if isinstance(value, bool):
-        return "Yes" if value else "No"
-    if not isinstance(value, str) or not value.split():
-        return "Maybe"
-    first = value.split()[0].strip(".,;:!?\"'*`()[]").casefold()
-    return _LABELS.get(first, "Maybe")
-
-
-def validate_oracle_reply(obj: dict[str, Any]) -> str:
-    """Check an oracle reply {"thought", "response"}; the value is the normalised answer."""
-    if "response" not in obj:
-        raise KeyError("the oracle reply has no 'response'")
-    return normalize_yes_no(obj["response"])
 
 
 def snap_score(value: Any) -> float:
@@ -108,11 +90,9 @@ def grader_validator(statements: Sequence[str]) -> Callable[[dict[str, Any]], li
 
 def oracle_user_message(surface: str, bottom: str, question: str, history: Sequence[tuple[str, str]]) -> str:
     """The oracle's user message; history holds the (question, answer) pairs to show (often none)."""
-    shown = ""
-    if history:
-        lines = "\n".join(f"Q: {q}\nA: {a}" for q, a in history)
-        shown = ORACLE_HISTORY_TEMPLATE.format(lines=lines)
-    return ORACLE_USER_TEMPLATE.format(surface=surface, bottom=bottom, history=shown, question=question)
+    return ORACLE_USER_TEMPLATE.format(
+        surface=surface, bottom=bottom, history=history_block(history), question=question
+    )
 
 
 def grader_user_message(surface: str, bottom: str, story: str, statements: Sequence[str]) -> str:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from userrl.envs.base import MultiTurnEnv, Task, tool_call_to_action
+from userrl.envs.base import MultiTurnEnv, Task
+from userrl.envs.solving import play_episode
 
 
 class TurtleSolver:
@@ -36,14 +37,4 @@ def solve_episode(
     env: MultiTurnEnv, task: Task, rng: np.random.Generator
 ) -> list[tuple[str, str, str, float]]:
     """Reset env on task and play the solver to the end: one (choice, content, feedback, reward) per step."""
-    solver = TurtleSolver(task, rng)
-    env.reset(options={"task": task})
-    feedback: str | None = None
-    steps: list[tuple[str, str, str, float]] = []
-    while True:
-        choice, content = solver.next_action(feedback)
-        obs, reward, terminated, truncated, _ = env.step(tool_call_to_action(choice, content))
-        feedback = obs["feedback"]
-        steps.append((choice, content, feedback, float(reward)))
-        if terminated or truncated:
-            return steps
+    return play_episode(env, task, TurtleSolver(task, rng))

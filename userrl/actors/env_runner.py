@@ -60,6 +60,7 @@ class EnvRunner:
         from transformers import AutoTokenizer
 
         self.chat = ChatFormat(AutoTokenizer.from_pretrained(tokenizer_path), protocol)
+        self.user_backend = user_backend
         self.user_client = make_user_client(user_backend, llm, user_replicas, user_tokenizer_path)
         self.limits = limits
         self.replicas = list(replicas)
@@ -86,7 +87,7 @@ class EnvRunner:
             async with gate:
                 kwargs = dict(self.env_kwargs.get(spec.task.gym, {}))
                 if self.user_client is not None and accepts_llm(spec.task.gym):
-                    kwargs["llm"] = self.user_client
+                    kwargs.update(llm=self.user_client, backend=self.user_backend)
                 env = make_env(spec.task.gym, spec.task, **kwargs)
                 return await run_episode(env, spec.task, self.chat, self._generate, limits,
                                          uid=spec.uid, group_id=spec.group_id, seed=seed)
