@@ -89,7 +89,7 @@ def cmd_play(args: argparse.Namespace) -> int:
     """Play the agent's side of a gym in the terminal."""
     from userrl.play import play
 
-    play(args.gym, split=args.split, index=args.index, seed=args.seed, source=args.source,
+    play(args.gym, split=args.split, index=args.index, task_id=args.task, seed=args.seed, source=args.source,
          data_root=args.data_root, console=console)
     return 0
 
@@ -109,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     play_parser.add_argument("gym", help="gym name, e.g. function, travel, turtle")
     play_parser.add_argument("--split", default="test")
     play_parser.add_argument("--index", type=int, help="task index (default: a random one)")
+    play_parser.add_argument("--task", help="task id (item key)")
     play_parser.add_argument("--seed", type=int, default=0)
     play_parser.add_argument("--source", default="builtin", choices=["builtin", "userrl"])
     play_parser.add_argument("--data-root", help="original UserRL data folder (source userrl)")

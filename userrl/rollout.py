@@ -82,7 +82,7 @@ async def _play(env: MultiTurnEnv, chat: ChatFormat, generate: GenerateFn, limit
         request = GenerationRequest(
             prompt_ids=list(traj.input_ids), max_new_tokens=min(room - 1, limits.max_new_tokens),
             temperature=limits.temperature, top_p=limits.top_p,
-            seed=request_seed(seed, uid, turn), stop_token_ids=chat.stop_token_ids,
+            seed=request_seed(seed, uid, turn), stop_token_ids=chat.stop_token_ids, cache_key=uid,
         )
         try:
             out = await generate(request)

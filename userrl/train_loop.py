@@ -121,14 +121,16 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
             trajectories = [t for t in trajectories if not t.aborted]
         result["rollout/aborted"] = float(len(aborted))
 
-        tick = time.perf_counter()
-        advantages, group_stats = learner.compute_advantages(trajectories)
-        result["time/advantages_s"] = time.perf_counter() - tick
-        result.update({f"groups/{k}": v for k, v in group_stats.items()})
-
-        tick = time.perf_counter()
-        result.update({f"learner/{k}": v for k, v in learner.update(trajectories, advantages).items()})
-        result["time/update_s"] = time.perf_counter() - tick
+        if trajectories:  # every rank sees the same batch, so every rank takes the same branch
+            tick = time.perf_counter()
+            advantages, group_stats = learner.compute_advantages(trajectories)
+            result["time/advantages_s"] = time.perf_counter() - tick
+            result.update({f"groups/{k}": v for k, v in group_stats.items()})
+            tick = time.perf_counter()
+            result.update({f"learner/{k}": v for k, v in learner.update(trajectories, advantages).items()})
+            result["time/update_s"] = time.perf_counter() - tick
+        else:
+            result.update({"time/advantages_s": 0.0, "time/update_s": 0.0, "learner/trained_tokens": 0.0})
         result["learner/tokens_per_s"] = result["learner/trained_tokens"] / max(result["time/update_s"], 1e-9)
 
         tick = time.perf_counter()

@@ -47,3 +47,8 @@ def test_play_function_gym_through_the_terminal():
 def test_play_unknown_gym(capsys):
     assert main(["play", "fuction"]) == 2
     assert "did you mean 'function'" in capsys.readouterr().out
+
+
+def test_play_unknown_task_id(capsys):
+    assert main(["play", "function", "--task", "func-nope"]) == 2
+    assert "no task 'func-nope' in gym 'function'" in capsys.readouterr().out

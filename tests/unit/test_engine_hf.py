@@ -58,3 +58,19 @@ def test_replica_batches_concurrent_requests_and_versions_weights(tiny_model):
     assert len(outs) == 12 and replica.get_stats()["batches"] < 12  # requests were decoded together
     assert after.policy_version == 7 and replica.get_version() == 7
     assert float(replica.engine.model.get_input_embeddings().weight.abs().sum()) == 0.0
+
+
+def test_prefix_cache_gives_the_same_tokens_as_a_full_prefill(tiny_model):
+    """The next turn of an episode reuses the KV of the previous one and samples exactly the same."""
+    cached, plain = HFEngine(tiny_model), HFEngine(tiny_model)
+    turn1 = [GenerationRequest(p, 5, seed=i, cache_key=f"ep{i}") for i, p in enumerate(PROMPTS)]
+    first = cached.generate(turn1)
+    assert len(cached._prefix) == 3
+    turn2 = [GenerationRequest(p + o.token_ids + [7, 8, 9], 6, seed=10 + i, cache_key=f"ep{i}")
+             for i, (p, o) in enumerate(zip(PROMPTS, first, strict=True))]
+    turn2.append(GenerationRequest([1, 5, 6], 6, seed=99, cache_key="new"))  # a row without a cached prefix
+    with_cache = cached.generate(turn2)
+    without = plain.generate([GenerationRequest(r.prompt_ids, r.max_new_tokens, seed=r.seed) for r in turn2])
+    for a, b in zip(with_cache, without, strict=True):
+        assert a.token_ids == b.token_ids
+        assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4)

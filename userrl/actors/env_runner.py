@@ -65,11 +65,18 @@ class EnvRunner:
         self.limits = limits
         self.replicas = list(replicas)
         self.outstanding = [0] * len(self.replicas)
+        self.affinity: dict[str, int] = {}
         self.env_kwargs = env_kwargs or {}
         self.max_concurrent = max_concurrent_episodes
 
     async def _generate(self, request: GenerationRequest) -> GenerationOutput:
         index = min(range(len(self.replicas)), key=self.outstanding.__getitem__)
+        previous = self.affinity.get(request.cache_key)
+        # Stay on the replica that holds this episode's KV prefix unless it is clearly busier.
+        if previous is not None and self.outstanding[previous] <= self.outstanding[index] + 4:
+            index = previous
+        if request.cache_key is not None:
+            self.affinity[request.cache_key] = index
         self.outstanding[index] += 1
         try:
             replica = self.replicas[index]
@@ -92,4 +99,7 @@ class EnvRunner:
                 return await run_episode(env, spec.task, self.chat, self._generate, limits,
                                          uid=spec.uid, group_id=spec.group_id, seed=seed)
 
-        return list(await asyncio.gather(*(play(spec) for spec in episodes)))
+        try:
+            return list(await asyncio.gather(*(play(spec) for spec in episodes)))
+        finally:
+            self.affinity.clear()

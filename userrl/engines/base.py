@@ -16,6 +16,8 @@ class GenerationRequest:
     top_p: float = 1.0
     seed: int | None = None
     stop_token_ids: list[int] = field(default_factory=list)
+    #: Requests that share a key (an episode's turns) may reuse each other's KV cache for a common prefix.
+    cache_key: str | None = None
 
 
 @dataclass

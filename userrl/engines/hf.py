@@ -7,6 +7,8 @@ each sampled token under the sampling distribution comes out directly.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 
@@ -26,14 +28,18 @@ def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 class HFEngine:
     """Batched generation with a transformers causal LM."""
 
-    def __init__(self, model_path: str, dtype: str = "float32", device: str = "cpu", pad_token_id: int = 0):
+    def __init__(self, model_path: str, dtype: str = "float32", device: str = "cpu", pad_token_id: int = 0,
+                 prefix_cache_size: int = 256):
         self.device = torch.device(device)
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=_DTYPES[dtype]).to(self.device)
         self.model.eval()
         self.pad_token_id = pad_token_id
+        self.prefix_cache_size = prefix_cache_size
+        self._prefix: OrderedDict[str, tuple[list[int], list[tuple[torch.Tensor, torch.Tensor]]]] = OrderedDict()
 
     def load_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
-        """Copy new weights into the model in place."""
+        """Copy new weights into the model in place (cached KV of the old weights is dropped)."""
+        self._prefix.clear()
         if getattr(self.model.config, "tie_word_embeddings", False):
             # The head shares the embedding: loading a separate copy of it would untie the two.
             state_dict = {k: v for k, v in state_dict.items() if k != "lm_head.weight"}
@@ -43,18 +49,52 @@ class HFEngine:
             raise ValueError(f"weights do not fit the model: missing={missing[:5]} unexpected={unexpected[:5]}")
         self.model.tie_weights()
 
+    def _take_prefix(self, request: GenerationRequest) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """The cached KV of this request's episode, if the cached tokens are a strict prefix of its prompt."""
+        entry = self._prefix.pop(request.cache_key, None) if request.cache_key else None
+        if entry is None:
+            return 0, []
+        ids, layers = entry
+        if len(ids) >= len(request.prompt_ids) or request.prompt_ids[: len(ids)] != ids:
+            return 0, []
+        return len(ids), layers
+
+    def _store_prefix(self, key: str, ids: list[int], layers: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        self._prefix[key] = (ids, layers)
+        while len(self._prefix) > self.prefix_cache_size:
+            self._prefix.popitem(last=False)
+
     @torch.inference_mode()
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationOutput]:
-        """Sample continuations for a batch of requests (left-padded, one KV cache)."""
+        """Sample continuations for a batch of requests: left-padded rows sharing one KV cache.
+
+        A request with a `cache_key` reuses the KV of the same key's previous request when its tokens
+        are a prefix of the new prompt (the next turn of an episode), so only the new tokens are
+        prefilled. Row layout: [pad | cached prefix | pad | new tokens]; the mask hides the pads.
+        """
         batch = len(requests)
-        lengths = [len(r.prompt_ids) for r in requests]
-        width = max(lengths)
+        reused = [self._take_prefix(r) for r in requests]
+        cached = max(n for n, _ in reused)
+        suffixes = [r.prompt_ids[n:] for r, (n, _) in zip(requests, reused, strict=True)]
+        width = max(len(x) for x in suffixes)
         input_ids = torch.full((batch, width), self.pad_token_id, dtype=torch.long)
-        attention = torch.zeros((batch, width), dtype=torch.long)
-        for row, request in enumerate(requests):
-            input_ids[row, width - lengths[row]:] = torch.tensor(request.prompt_ids)
-            attention[row, width - lengths[row]:] = 1
-        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
+        attention = torch.zeros((batch, cached + width), dtype=torch.long)
+        positions = torch.zeros((batch, width), dtype=torch.long)
+        for row, ((n, _), suffix) in enumerate(zip(reused, suffixes, strict=True)):
+            input_ids[row, width - len(suffix):] = torch.tensor(suffix)
+            attention[row, cached - n: cached] = 1
+            attention[row, cached + width - len(suffix):] = 1
+            positions[row, width - len(suffix):] = torch.arange(n, n + len(suffix))
+        cache = DynamicCache()
+        if cached:
+            for layer in range(len(next(layers for n, layers in reused if n))):
+                keys, values = [], []
+                for n, layers in reused:
+                    like = next(layers for m, layers in reused if m)[layer][0]
+                    pad = like.new_zeros(like.shape[0], cached - n, like.shape[2])
+                    keys.append(torch.cat([pad, layers[layer][0]], 1) if n else pad)
+                    values.append(torch.cat([pad, layers[layer][1]], 1) if n else pad)
+                cache.update(torch.stack(keys), torch.stack(values), layer)
         generators = []
         for request in requests:
             generator = torch.Generator(device="cpu")
@@ -63,9 +103,8 @@ class HFEngine:
 
         outputs = [GenerationOutput([], [], "length") for _ in requests]
         done = [r.max_new_tokens <= 0 for r in requests]
-        cache = DynamicCache()
-        step_ids = input_ids
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        step_ids, attention = input_ids.to(self.device), attention.to(self.device)
+        positions = positions.to(self.device)
         for step in range(max(r.max_new_tokens for r in requests)):
             if all(done):
                 break
@@ -89,7 +128,20 @@ class HFEngine:
             step_ids = next_ids.unsqueeze(-1).to(self.device)
             attention = torch.cat([attention, torch.ones((batch, 1), dtype=torch.long, device=self.device)], -1)
             positions = positions[:, -1:] + 1
+        self._keep_prefixes(requests, outputs, cache, attention, cached + width)
         return outputs
+
+    def _keep_prefixes(self, requests: list[GenerationRequest], outputs: list[GenerationOutput],
+                       cache: DynamicCache, attention: torch.Tensor, prompt_width: int) -> None:
+        """Cache each keyed row's KV for its prompt and all sampled tokens but the last (never fed)."""
+        for row, (request, out) in enumerate(zip(requests, outputs, strict=True)):
+            if not request.cache_key or not out.token_ids:
+                continue
+            fed = len(out.token_ids) - 1
+            keep = attention[row, : prompt_width + fed].bool()
+            layers = [(layer.keys[row][:, keep].clone(), layer.values[row][:, keep].clone())
+                      for layer in cache.layers]
+            self._store_prefix(request.cache_key, list(request.prompt_ids) + out.token_ids[:-1], layers)
 
     @staticmethod
     def _sample(logits: torch.Tensor, request: GenerationRequest, generator: torch.Generator) -> tuple[int, float]:
