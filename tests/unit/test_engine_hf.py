@@ -64,7 +64,10 @@ def test_prefix_cache_gives_the_same_tokens_as_a_full_prefill(tiny_model):
     """The next turn of an episode reuses the KV of the previous one and samples exactly the same."""
     cached, plain = HFEngine(tiny_model), HFEngine(tiny_model)
     turn1 = [GenerationRequest(p, 5, seed=i, cache_key=f"ep{i}") for i, p in enumerate(PROMPTS)]
+    probe = cached.generate([GenerationRequest(PROMPTS[0], 5, seed=0)])[0].token_ids
+    turn1[0].stop_token_ids = [probe[1]]  # one row stops early: rows feed different numbers of tokens
     first = cached.generate(turn1)
+    assert len(first[0].token_ids) < len(first[1].token_ids)
     assert len(cached._prefix) == 3
     turn2 = [GenerationRequest(p + o.token_ids + [7, 8, 9], 6, seed=10 + i, cache_key=f"ep{i}")
              for i, (p, o) in enumerate(zip(PROMPTS, first, strict=True))]

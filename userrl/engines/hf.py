@@ -134,11 +134,13 @@ class HFEngine:
     def _keep_prefixes(self, requests: list[GenerationRequest], outputs: list[GenerationOutput],
                        cache: DynamicCache, attention: torch.Tensor, prompt_width: int) -> None:
         """Cache each keyed row's KV for its prompt and all sampled tokens but the last (never fed)."""
+        width = cache.get_seq_length()
         for row, (request, out) in enumerate(zip(requests, outputs, strict=True)):
             if not request.cache_key or not out.token_ids:
                 continue
-            fed = len(out.token_ids) - 1
-            keep = attention[row, : prompt_width + fed].bool()
+            keep = torch.zeros(width, dtype=torch.bool, device=attention.device)
+            keep[:prompt_width] = attention[row, :prompt_width].bool()
+            keep[prompt_width: prompt_width + len(out.token_ids) - 1] = True  # rows that stopped early fed fewer
             layers = [(layer.keys[row][:, keep].clone(), layer.values[row][:, keep].clone())
                       for layer in cache.layers]
             self._store_prefix(request.cache_key, list(request.prompt_ids) + out.token_ids[:-1], layers)
