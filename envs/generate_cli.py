@@ -1,4 +1,4 @@
-"""Scaffolding shared by the gyms' data generators: seeded test splits, canonical task files, write / --check."""
+"""Scaffolding shared by the gyms' data generators: seeded test splits, file rendering, write or --check."""
 
 from __future__ import annotations
 
@@ -17,6 +17,23 @@ _T = TypeVar("_T")
 def sample_test_ids(rnd: random.Random, ids: Sequence[_T], fraction: float, at_least: int = 0) -> set[_T]:
     """The test split of ids: round(fraction * len(ids)) of them (at least at_least), drawn with rnd."""
     return set(rnd.sample(ids, max(at_least, round(fraction * len(ids)))))
+
+
+def render_item_lines(
+    gym: str,
+    key: str,
+    seed: int,
+    items: list[dict[str, Any]],
+    ensure_ascii: bool = True,
+    header_extra: str = "",
+) -> str:
+    """A generated data file: a small header, then the `key` list with one item per line (readable diffs)."""
+    lines = [json.dumps(item, ensure_ascii=ensure_ascii, separators=(", ", ": ")) for item in items]
+    header = (
+        f'{{"format": "userrl-{gym}-{key}", "version": 1, "seed": {seed}, '
+        f'"generator": "python -m userrl.envs.{gym}.generate"{header_extra},\n "{key}": [\n'
+    )
+    return header + ",\n".join(f"  {line}" for line in lines) + "\n]}\n"
 
 
 def write_or_check(outputs: Mapping[Path, str], check: bool) -> int:

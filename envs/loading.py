@@ -48,6 +48,23 @@ def read_json_array(path: Path, what: str) -> list[Any]:
     return items
 
 
+def item_id_of(raw: Any, where: str) -> str:
+    """The string 'id' of one data item; ValueError naming where unless raw is an object with one."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}: every item must be an object, got {type(raw).__name__}")
+    item_id = raw.get("id")
+    if not isinstance(item_id, str) or not item_id:
+        raise ValueError(f"{where}: an item has no string 'id': {raw!r:.200}")
+    return item_id
+
+
+def nonempty_text(value: Any, what: str, where: str) -> str:
+    """value itself; ValueError naming where and what unless it is a non-empty string."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{where}: {what} must be a non-empty string, got {value!r:.80}")
+    return value
+
+
 def index_by_id(
     items: Sequence[Any],
     validate: Callable[[Any, str], dict[str, Any]],

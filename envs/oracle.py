@@ -1,10 +1,14 @@
-"""The yes/no oracle of the question-asking gyms (Telepathy, Turtle): reply normalisation and history."""
+"""The yes/no oracle of the question-asking gyms (Telepathy, Turtle): a base env, reply rules and history."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
+from userrl.envs.base import MultiTurnEnv
+from userrl.envs.llm import RoleClient
+
+ORACLE_FALLBACK = "I could not process that question. Please ask another yes/no question."
 #: How earlier exchanges are shown to a model oracle (only when the env is asked to show some).
 ORACLE_HISTORY_TEMPLATE = "Earlier questions and your answers:\n{lines}\n\n"
 _LABELS = {"yes": "Yes", "no": "No", "maybe": "Maybe"}
@@ -32,3 +36,70 @@ def history_block(history: Sequence[tuple[str, str]]) -> str:
     if not history:
         return ""
     return ORACLE_HISTORY_TEMPLATE.format(lines="\n".join(f"Q: {q}\nA: {a}" for q, a in history))
+
+
+class OracleEnv(MultiTurnEnv):
+    """Base of the gyms whose agent asks a yes/no oracle about something hidden, then answers.
+
+    Subclasses set `role_names` (with "oracle"), `oracle_role` and `oracle_system_prompt`,
+    call `_configure_oracle` from `_configure`, clear `oracle_history` at reset, and implement
+    `_scripted_answer` and `_oracle_user_message`.
+    """
+
+    role_names: ClassVar[tuple[str, ...]] = ("oracle",)
+    oracle_role: ClassVar[str] = ""
+    oracle_system_prompt: ClassVar[str] = ""
+
+    def _configure_oracle(
+        self,
+        gym_label: str,
+        llm: RoleClient | None,
+        oracle_history_turns: int,
+        role_backends: Mapping[str, str] | None,
+    ) -> None:
+        """Check and keep the model client, the oracle's history length and the per-role backends."""
+        if isinstance(oracle_history_turns, bool) or not isinstance(oracle_history_turns, int):
+            raise ValueError(f"oracle_history_turns must be an integer >= 0, got {oracle_history_turns!r}")
+        if oracle_history_turns < 0:
+            raise ValueError(f"oracle_history_turns must be an integer >= 0, got {oracle_history_turns!r}")
+        overrides = dict(role_backends or {})
+        unknown = sorted(set(overrides) - set(self.role_names))
+        if unknown:
+            raise ValueError(
+                f"role_backends has unknown roles {unknown}; {gym_label}'s roles are {list(self.role_names)}"
+            )
+        self.role_backends = {role: str(overrides.get(role, self.backend)) for role in self.role_names}
+        if llm is None and any(b != "scripted" for b in self.role_backends.values()):
+            raise ValueError(
+                f"backend {self.role_backends} needs an llm RoleClient (llm=...); use backend='scripted' "
+                "for the model-free stand-ins"
+            )
+        self.llm = llm
+        self.oracle_history_turns = oracle_history_turns
+
+    def _scripted_answer(self, question: str) -> str:
+        """The model-free oracle's Yes/No/Maybe."""
+        raise NotImplementedError
+
+    def _oracle_user_message(self, question: str, history: Sequence[tuple[str, str]]) -> str:
+        """The model oracle's user message; history holds the (question, answer) pairs to show."""
+        raise NotImplementedError
+
+    async def _ask(self, question: str) -> str:
+        """The oracle's Yes/No/Maybe, or the fallback message when the model role fails."""
+        if not question.strip():
+            # Nothing to decide; the scripted rule gives Maybe too, so no model call is spent on it.
+            answer: str | None = "Maybe"
+        elif self.role_backends["oracle"] == "scripted":
+            answer = self._scripted_answer(question)
+        else:
+            history = self.oracle_history[-self.oracle_history_turns :] if self.oracle_history_turns else []
+            user = self._oracle_user_message(question, history)
+            answer, call = await self.llm.complete_json(
+                self.oracle_role, self.oracle_system_prompt, user, validate_oracle_reply
+            )
+            self.record_lm_call(call.role, call.attempts, call.ok, call.latency_s)
+        if answer is None:
+            return ORACLE_FALLBACK
+        self.oracle_history.append((question, answer))
+        return answer

@@ -7,7 +7,6 @@ whole number of size <= 1e6 at the test case and at every probe input of the scr
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 from collections.abc import Callable
@@ -17,7 +16,7 @@ from typing import Any
 from userrl.envs.function.safe_eval import VARIABLES, EvaluationError, Formula
 from userrl.envs.function.solver import PROBE_POOL
 from userrl.envs.function.tasks import BUILTIN_TASKS_PATH
-from userrl.envs.generate_cli import sample_test_ids, write_or_check
+from userrl.envs.generate_cli import render_item_lines, sample_test_ids, write_or_check
 
 GENERATOR_SEED = 20250611
 PER_LEVEL = 130
@@ -173,12 +172,7 @@ def generate_tasks(seed: int = GENERATOR_SEED, per_level: int = PER_LEVEL) -> li
 
 def render(tasks: list[dict[str, Any]], seed: int) -> str:
     """The tasks.json text: a small header, then one task per line (readable diffs)."""
-    lines = [json.dumps(t, separators=(", ", ": ")) for t in tasks]
-    header = (
-        f'{{"format": "userrl-function-tasks", "version": 1, "seed": {seed}, '
-        f'"generator": "python -m userrl.envs.function.generate",\n "tasks": [\n'
-    )
-    return header + ",\n".join(f"  {line}" for line in lines) + "\n]}\n"
+    return render_item_lines("function", "tasks", seed, tasks)
 
 
 def main(argv: list[str] | None = None) -> int:

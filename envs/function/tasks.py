@@ -14,6 +14,7 @@ from userrl.envs.loading import (
     check_userrl_split,
     create_kwargs,
     index_by_id,
+    item_id_of,
     read_json_array,
     read_json_list,
     read_userrl_rows,
@@ -60,11 +61,7 @@ def builtin_prompt() -> list[dict[str, str]]:
 
 def validate_record(record: Any, where: str) -> dict[str, Any]:
     """Check one function item (id, rule, test_case, expected_result); ValueError names where and the id."""
-    if not isinstance(record, dict):
-        raise ValueError(f"{where}: every item must be an object, got {type(record).__name__}")
-    item_id = record.get("id")
-    if not isinstance(item_id, str) or not item_id:
-        raise ValueError(f"{where}: an item has no string 'id': {record!r:.200}")
+    item_id = item_id_of(record, where)
     rule, test_case, expected = record.get("rule"), record.get("test_case"), record.get("expected_result")
     if not isinstance(rule, str):
         raise ValueError(f"{where}: item {item_id!r} has no string 'rule'")

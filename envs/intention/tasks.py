@@ -13,6 +13,8 @@ from userrl.envs.loading import (
     check_userrl_split,
     create_kwargs,
     index_by_id,
+    item_id_of,
+    nonempty_text,
     read_json_array,
     read_split_items,
     read_userrl_rows,
@@ -83,12 +85,6 @@ def builtin_prompt(category: str, task: str) -> list[dict[str, str]]:
     ]
 
 
-def _text(value: Any, what: str, where: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"{where}: {what} must be a non-empty string, got {value!r:.80}")
-    return value
-
-
 def _importance(value: Any, where: str) -> int:
     # The original files store "1"/"2"/"3" as strings; ours store integers. Anything else is refused.
     if isinstance(value, bool):
@@ -108,20 +104,16 @@ def validate_detail(raw: Any, where: str) -> dict[str, Any]:
     if not isinstance(options, list) or not options:
         raise ValueError(f"{where}: options must be a non-empty list of strings")
     return {
-        "description": _text(raw.get("description"), "description", where),
+        "description": nonempty_text(raw.get("description"), "description", where),
         "importance": _importance(raw.get("importance"), where),
-        "inquiry": _text(raw.get("inquiry"), "inquiry", where),
-        "options": [_text(o, "every option", where) for o in options],
+        "inquiry": nonempty_text(raw.get("inquiry"), "inquiry", where),
+        "options": [nonempty_text(o, "every option", where) for o in options],
     }
 
 
 def validate_item(raw: Any, where: str) -> dict[str, Any]:
     """Check one request (id, category, task, missing_details); ValueError names where and the id."""
-    if not isinstance(raw, dict):
-        raise ValueError(f"{where}: every item must be an object, got {type(raw).__name__}")
-    item_id = raw.get("id")
-    if not isinstance(item_id, str) or not item_id:
-        raise ValueError(f"{where}: an item has no string 'id': {raw!r:.200}")
+    item_id = item_id_of(raw, where)
     here = f"{where}: item {item_id!r}"
     details = raw.get("missing_details")
     if not isinstance(details, list) or not details:
@@ -130,8 +122,8 @@ def validate_item(raw: Any, where: str) -> dict[str, Any]:
         raise ValueError(f"{here}: {len(details)} missing details, more than the limit of {MAX_DETAILS}")
     return {
         "id": item_id,
-        "category": _text(raw.get("category"), "category", here),
-        "task": _text(raw.get("task"), "task", here),
+        "category": nonempty_text(raw.get("category"), "category", here),
+        "task": nonempty_text(raw.get("task"), "task", here),
         "missing_details": [validate_detail(d, f"{here}, detail {i + 1}") for i, d in enumerate(details)],
     }
 

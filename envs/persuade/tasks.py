@@ -15,6 +15,8 @@ from userrl.envs.loading import (
     check_builtin_split,
     check_userrl_split,
     create_kwargs,
+    item_id_of,
+    nonempty_text,
     read_split_items,
     read_userrl_rows,
     require_data_root,
@@ -59,31 +61,21 @@ def builtin_prompt(claim: str) -> list[dict[str, str]]:
     ]
 
 
-def _text(value: Any, what: str, where: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"{where}: {what} must be a non-empty string, got {value!r:.80}")
-    return value
-
-
 def validate_item(raw: Any, where: str) -> dict[str, Any]:
     """Check one item (id, claim, argument; optional counterarguments); ValueError names where and the id."""
-    if not isinstance(raw, dict):
-        raise ValueError(f"{where}: every item must be an object, got {type(raw).__name__}")
-    item_id = raw.get("id")
-    if not isinstance(item_id, str) or not item_id:
-        raise ValueError(f"{where}: an item has no string 'id': {raw!r:.200}")
+    item_id = item_id_of(raw, where)
     here = f"{where}: item {item_id!r}"
     record = {
         "id": item_id,
-        "claim": _text(raw.get("claim"), "claim", here),
-        "argument": _text(raw.get("argument"), "argument", here),
+        "claim": nonempty_text(raw.get("claim"), "claim", here),
+        "argument": nonempty_text(raw.get("argument"), "argument", here),
     }
     counter = raw.get("counterarguments")
     if counter is not None:
         # Hidden solver material of our own items: rebuttals the privileged solver plays in order.
         if not isinstance(counter, list):
             raise ValueError(f"{here}: counterarguments must be a list of strings")
-        record["counterarguments"] = [_text(c, "every counterargument", here) for c in counter]
+        record["counterarguments"] = [nonempty_text(c, "every counterargument", here) for c in counter]
     return record
 
 

@@ -10,7 +10,6 @@ and every hop's document is among the top results of the BM25 index for at least
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import re
 import sys
@@ -20,7 +19,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from userrl.envs.generate_cli import sample_test_ids, write_or_check
+from userrl.envs.generate_cli import render_item_lines, sample_test_ids, write_or_check
 from userrl.envs.search.backends import MAX_SEARCH_RESULTS
 from userrl.envs.search.corpus import BUILTIN_CORPUS_PATH, CorpusIndex, Document
 from userrl.envs.search.documents import render_documents
@@ -143,12 +142,9 @@ def render_corpus(documents: list[Document]) -> str:
 
 def render_questions(records: list[dict[str, Any]], seed: int) -> str:
     """The questions.json text: a small header, then one question per line (readable diffs)."""
-    lines = [json.dumps(r, ensure_ascii=False, separators=(", ", ": ")) for r in records]
-    header = (
-        f'{{"format": "userrl-search-questions", "version": 1, "seed": {seed}, '
-        f'"generator": "python -m userrl.envs.search.generate", "corpus": "corpus.jsonl",\n "questions": [\n'
+    return render_item_lines(
+        "search", "questions", seed, records, ensure_ascii=False, header_extra=', "corpus": "corpus.jsonl"'
     )
-    return header + ",\n".join(f"  {line}" for line in lines) + "\n]}\n"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,6 +22,7 @@ from userrl.envs.loading import (
     check_userrl_split,
     create_kwargs,
     index_by_id,
+    item_id_of,
     read_json_array,
     read_split_items,
     read_userrl_rows,
@@ -71,11 +72,7 @@ def builtin_prompt(question: str) -> list[dict[str, str]]:
 
 def validate_record(record: Any, where: str) -> dict[str, Any]:
     """Check one question item (string id, question, answer); ValueError names where and the id."""
-    if not isinstance(record, dict):
-        raise ValueError(f"{where}: every item must be an object, got {type(record).__name__}")
-    item_id = record.get("id")
-    if not isinstance(item_id, str) or not item_id:
-        raise ValueError(f"{where}: an item has no string 'id': {record!r:.200}")
+    item_id = item_id_of(record, where)
     for key in ("question", "answer"):
         value = record.get(key)
         if not isinstance(value, str) or not value.strip():

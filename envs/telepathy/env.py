@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from gymnasium import spaces
 
-from userrl.envs.base import BOOL_SPACE, MAX_FEEDBACK_CHARS, MultiTurnEnv, ScalarBox, Task, text_space
+from userrl.envs.base import BOOL_SPACE, MAX_FEEDBACK_CHARS, ScalarBox, Task, text_space
 from userrl.envs.llm import RoleClient
-from userrl.envs.oracle import validate_oracle_reply
+from userrl.envs.oracle import OracleEnv
 from userrl.envs.telepathy import roles
 
-# Every feedback string of section 6, verbatim (the judge's own wording comes from roles).
-ORACLE_FALLBACK = "I could not process that question. Please ask another yes/no question."
+# Every feedback string of section 6, verbatim (the judge's own wording comes from roles, the oracle's
+# fallback from userrl.envs.oracle).
 CORRECT_PREFIX = "Correct! "
 JUDGE_FAILED = "Your guess could not be evaluated. Try again."
 EPISODE_FINISHED = "Episode finished."
@@ -24,10 +24,13 @@ WELCOME = "TelepathyGym: the entity is chosen. Ask yes/no questions, then guess 
 ROLES = ("oracle", "judge")
 
 
-class TelepathyEnv(MultiTurnEnv):
+class TelepathyEnv(OracleEnv):
     """The Telepathy gym: ask yes/no questions about a hidden entity, then name it."""
 
     gym_name: ClassVar[str] = "telepathy"
+    role_names: ClassVar[tuple[str, ...]] = ROLES
+    oracle_role: ClassVar[str] = roles.ORACLE_ROLE
+    oracle_system_prompt: ClassVar[str] = roles.ORACLE_SYSTEM_PROMPT
     allowed_choices: ClassVar[tuple[str, ...]] = ("action", "answer")
     # r_final = clip(r * reward_scale - step_penalty * step_count, 0, 1) (section 6).
     normalize_rewards_default: ClassVar[bool] = True
@@ -40,24 +43,7 @@ class TelepathyEnv(MultiTurnEnv):
         role_backends: Mapping[str, str] | None = None,
     ) -> None:
         """Gym keywords: the model client, how many past exchanges the oracle sees, per-role backends."""
-        if isinstance(oracle_history_turns, bool) or not isinstance(oracle_history_turns, int):
-            raise ValueError(f"oracle_history_turns must be an integer >= 0, got {oracle_history_turns!r}")
-        if oracle_history_turns < 0:
-            raise ValueError(f"oracle_history_turns must be an integer >= 0, got {oracle_history_turns!r}")
-        overrides = dict(role_backends or {})
-        unknown = sorted(set(overrides) - set(ROLES))
-        if unknown:
-            raise ValueError(
-                f"role_backends has unknown roles {unknown}; Telepathy's roles are {list(ROLES)}"
-            )
-        self.role_backends = {role: str(overrides.get(role, self.backend)) for role in ROLES}
-        if llm is None and any(b != "scripted" for b in self.role_backends.values()):
-            raise ValueError(
-                f"backend {self.role_backends} needs an llm RoleClient (llm=...); use backend='scripted' "
-                "for the model-free stand-ins"
-            )
-        self.llm = llm
-        self.oracle_history_turns = oracle_history_turns
+        self._configure_oracle("Telepathy", llm, oracle_history_turns, role_backends)
 
     def _observation_fields(self) -> dict[str, spaces.Space]:
         return {
@@ -139,24 +125,11 @@ class TelepathyEnv(MultiTurnEnv):
             )
         return feedback, reward, terminated, self._extra_obs(), self._gym_info()
 
-    async def _ask(self, question: str) -> str:
-        """The oracle's Yes/No/Maybe, or the fallback message when the model role fails."""
-        if not question.strip():
-            # Nothing to decide; the scripted rule gives Maybe too, so no model call is spent on it.
-            answer: str | None = "Maybe"
-        elif self.role_backends["oracle"] == "scripted":
-            answer = roles.scripted_oracle(question, self._keywords)
-        else:
-            history = self.oracle_history[-self.oracle_history_turns :] if self.oracle_history_turns else []
-            user = roles.oracle_user_message(self._target, question, history)
-            answer, call = await self.llm.complete_json(
-                roles.ORACLE_ROLE, roles.ORACLE_SYSTEM_PROMPT, user, validate_oracle_reply
-            )
-            self.record_lm_call(call.role, call.attempts, call.ok, call.latency_s)
-        if answer is None:
-            return ORACLE_FALLBACK
-        self.oracle_history.append((question, answer))
-        return answer
+    def _scripted_answer(self, question: str) -> str:
+        return roles.scripted_oracle(question, self._keywords)
+
+    def _oracle_user_message(self, question: str, history: Sequence[tuple[str, str]]) -> str:
+        return roles.oracle_user_message(self._target, question, history)
 
     async def _judge(self, guess: str) -> dict[str, Any] | None:
         """{thought, judgment: bool, feedback} from the judge role, or None when it failed."""

@@ -7,14 +7,13 @@ the gym uses (description, goal, target_entity) and a seeded, per-category train
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from userrl.envs.generate_cli import sample_test_ids, write_or_check
+from userrl.envs.generate_cli import render_item_lines, sample_test_ids, write_or_check
 from userrl.envs.loading import read_json_list
 from userrl.envs.telepathy import facts
 from userrl.envs.telepathy.tasks import BUILTIN_ENTITIES_PATH
@@ -78,12 +77,7 @@ def generate_entities(seed: int = GENERATOR_SEED, path: Path = FACTS_PATH) -> li
 
 def render(entities: list[dict[str, Any]], seed: int) -> str:
     """The entities.json text: a small header, then one entity per line (readable diffs)."""
-    lines = [json.dumps(e, ensure_ascii=False) for e in entities]
-    header = (
-        f'{{"format": "userrl-telepathy-entities", "version": 1, "seed": {seed}, '
-        f'"generator": "python -m userrl.envs.telepathy.generate",\n "entities": [\n'
-    )
-    return header + ",\n".join(f"  {line}" for line in lines) + "\n]}\n"
+    return render_item_lines("telepathy", "entities", seed, entities, ensure_ascii=False)
 
 
 def main(argv: list[str] | None = None) -> int:

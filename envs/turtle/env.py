@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from gymnasium import spaces
 
-from userrl.envs.base import BOOL_SPACE, MAX_FEEDBACK_CHARS, MultiTurnEnv, ScalarBox, Task, text_space
+from userrl.envs.base import BOOL_SPACE, MAX_FEEDBACK_CHARS, ScalarBox, Task, text_space
 from userrl.envs.llm import RoleClient
-from userrl.envs.oracle import validate_oracle_reply
+from userrl.envs.oracle import OracleEnv
 from userrl.envs.text import content_words
 from userrl.envs.turtle import roles
 
-# Every feedback string of section 8, verbatim.
-ORACLE_FALLBACK = "I could not process that question. Please ask another yes/no question."
+# Every feedback string of section 8, verbatim (the oracle's fallback comes from userrl.envs.oracle).
 COVERED_HEADER = "Your story covers these key points:"
 MORE_TWISTS = "There may be more twists to uncover."
 NOTHING_COVERED = "Your story does not cover any of the key points yet."
@@ -33,10 +32,13 @@ SUCCESS_TOLERANCE = 1e-9
 ROLES = ("oracle", "grader")
 
 
-class TurtleEnv(MultiTurnEnv):
+class TurtleEnv(OracleEnv):
     """The Turtle gym: ask yes/no questions about a puzzle's hidden story, then tell it; a rubric grades it."""
 
     gym_name: ClassVar[str] = "turtle"
+    role_names: ClassVar[tuple[str, ...]] = ROLES
+    oracle_role: ClassVar[str] = roles.ORACLE_ROLE
+    oracle_system_prompt: ClassVar[str] = roles.ORACLE_SYSTEM_PROMPT
     allowed_choices: ClassVar[tuple[str, ...]] = ("action", "answer")
     # r_final = clip(r * reward_scale - step_penalty * step_count, 0, 1) (section 8).
     normalize_rewards_default: ClassVar[bool] = True
@@ -53,24 +55,9 @@ class TurtleEnv(MultiTurnEnv):
         """Gym keywords: the model client, the success threshold, feedback and oracle flags, role backends."""
         if not math.isfinite(success_threshold) or not 0.0 < success_threshold <= 1.0:
             raise ValueError(f"success_threshold must be in (0, 1], got {success_threshold!r}")
-        if isinstance(oracle_history_turns, bool) or not isinstance(oracle_history_turns, int):
-            raise ValueError(f"oracle_history_turns must be an integer >= 0, got {oracle_history_turns!r}")
-        if oracle_history_turns < 0:
-            raise ValueError(f"oracle_history_turns must be an integer >= 0, got {oracle_history_turns!r}")
-        overrides = dict(role_backends or {})
-        unknown = sorted(set(overrides) - set(ROLES))
-        if unknown:
-            raise ValueError(f"role_backends has unknown roles {unknown}; Turtle's roles are {list(ROLES)}")
-        self.role_backends = {role: str(overrides.get(role, self.backend)) for role in ROLES}
-        if llm is None and any(b != "scripted" for b in self.role_backends.values()):
-            raise ValueError(
-                f"backend {self.role_backends} needs an llm RoleClient (llm=...); use backend='scripted' "
-                "for the model-free stand-ins"
-            )
-        self.llm = llm
+        self._configure_oracle("Turtle", llm, oracle_history_turns, role_backends)
         self.success_threshold = float(success_threshold)
         self.reveal_covered_statements = bool(reveal_covered_statements)
-        self.oracle_history_turns = oracle_history_turns
 
     def _observation_fields(self) -> dict[str, spaces.Space]:
         return {
@@ -150,24 +137,11 @@ class TurtleEnv(MultiTurnEnv):
             feedback = INVALID_ACTION
         return feedback, reward, terminated, self._extra_obs(), self._gym_info()
 
-    async def _ask(self, question: str) -> str:
-        """The oracle's Yes/No/Maybe, or the fallback message when the model role fails."""
-        if not question.strip():
-            # Nothing to decide; the scripted rule gives Maybe too, so no model call is spent on it.
-            answer: str | None = "Maybe"
-        elif self.role_backends["oracle"] == "scripted":
-            answer = roles.scripted_oracle(question, self._surface_words, self._bottom_words)
-        else:
-            history = self.oracle_history[-self.oracle_history_turns :] if self.oracle_history_turns else []
-            user = roles.oracle_user_message(self._surface, self._bottom, question, history)
-            answer, call = await self.llm.complete_json(
-                roles.ORACLE_ROLE, roles.ORACLE_SYSTEM_PROMPT, user, validate_oracle_reply
-            )
-            self.record_lm_call(call.role, call.attempts, call.ok, call.latency_s)
-        if answer is None:
-            return ORACLE_FALLBACK
-        self.oracle_history.append((question, answer))
-        return answer
+    def _scripted_answer(self, question: str) -> str:
+        return roles.scripted_oracle(question, self._surface_words, self._bottom_words)
+
+    def _oracle_user_message(self, question: str, history: Sequence[tuple[str, str]]) -> str:
+        return roles.oracle_user_message(self._surface, self._bottom, question, history)
 
     async def _grade(self, story: str) -> list[dict[str, Any]] | None:
         """Per-statement {statement, thought, score} from the grader role, or None when it failed."""

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import ast
 import json
-import os
-import random
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
+from gym_helpers import (
+    DATA_ROOT,
+    global_rngs_untouched,
+    needs_shared_file,
+    original_row,
+    write_json,
+    write_parquet,
+)
 
 from userrl.envs import load_tasks, make_env, make_solver
 from userrl.envs.function.generate import generate_tasks, main, render
@@ -24,13 +30,8 @@ from userrl.envs.function.tasks import (
     load_function_tasks,
 )
 
-DATA_ROOT = Path(
-    os.environ.get("USERRL_DATA_ROOT", Path(__file__).resolve().parents[3] / "shared" / "userrl-data")
-)
 FUNCTIONS_JSON = DATA_ROOT / "gyms/FunctionGym/functiongym/data/functions.json"
-needs_shared_data = pytest.mark.skipif(
-    not FUNCTIONS_JSON.is_file(), reason=f"shared UserRL data not found at {DATA_ROOT}"
-)
+needs_shared_data = needs_shared_file(FUNCTIONS_JSON)
 
 
 def shipped() -> list[dict]:
@@ -179,37 +180,20 @@ def test_format_number() -> None:
 
 
 def test_solver_touches_no_global_rng() -> None:
-    random.seed(7)
-    np.random.seed(7)
-    py_state, np_state = random.getstate(), np.random.get_state()[1].copy()
-    solve_episode(make_env("function"), load_function_tasks("test")[3], np.random.default_rng(1))
-    assert random.getstate() == py_state and np.array_equal(np.random.get_state()[1], np_state)
+    with global_rngs_untouched():
+        solve_episode(make_env("function"), load_function_tasks("test")[3], np.random.default_rng(1))
 
 
 # ---------------------------------------------------------------- loaders (userrl): error paths on fake folders
 
 
 def _fake_root(tmp_path: Path, items: object, ids: list[str]) -> Path:
-    path = tmp_path / "gyms/FunctionGym/functiongym/data/functions.json"
-    path.parent.mkdir(parents=True)
-    path.write_text(items if isinstance(items, str) else json.dumps(items), encoding="utf-8")
+    write_json(tmp_path / "gyms/FunctionGym/functiongym/data/functions.json", items)
     rows = [
-        {
-            "data_source": "interact_function",
-            "prompt": [{"content": "sys", "role": "system"}, {"content": "go", "role": "user"}],
-            "extra_info": {
-                "split": "train",
-                "index": i,
-                "tools_kwargs": {
-                    "interact_with_env": {"create_kwargs": {"env_name": "FunctionGym", "id": item_id}}
-                },
-            },
-        }
+        original_row("interact_function", i, {"env_name": "FunctionGym", "id": item_id})
         for i, item_id in enumerate(ids)
     ]
-    parquet = tmp_path / "data/function_multiturn/train.parquet"
-    parquet.parent.mkdir(parents=True)
-    pl.DataFrame(rows).write_parquet(parquet)
+    write_parquet(tmp_path / "data/function_multiturn/train.parquet", rows)
     return tmp_path
 
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import re
-import warnings
 from typing import Any
 
 import gymnasium
 import pytest
-from gymnasium.utils.env_checker import check_env
+from gym_helpers import check_env_without_warnings
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -372,9 +371,7 @@ def test_gymnasium_make() -> None:
 @pytest.mark.parametrize("via_make", [False, True])
 def test_env_checker_passes_without_warnings(via_make: bool) -> None:
     env = gymnasium.make("userrl/Function-v0", task=make_task()) if via_make else FunctionEnv(make_task())
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        check_env(env.unwrapped, skip_render_check=True)
+    check_env_without_warnings(env)
 
 
 def test_observations_lie_in_the_observation_space() -> None:

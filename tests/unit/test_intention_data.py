@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 from collections import Counter
 from pathlib import Path
@@ -12,6 +11,14 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pytest
+from gym_helpers import (
+    DATA_ROOT,
+    global_rngs_untouched,
+    needs_shared_file,
+    original_row,
+    write_json,
+    write_parquet,
+)
 
 from userrl.envs import Task, load_tasks, make_env, make_solver
 from userrl.envs.intention.env import max_return
@@ -26,14 +33,8 @@ from userrl.envs.intention.tasks import (
     validate_item,
 )
 
-DATA_ROOT = Path(
-    os.environ.get("USERRL_DATA_ROOT", Path(__file__).resolve().parents[3] / "shared" / "userrl-data")
-)
 INTENTION_DIR = DATA_ROOT / "gyms/IntentionGym/intentiongym/data"
-needs_shared_data = pytest.mark.skipif(
-    not (INTENTION_DIR / "all_intentions_train.json").is_file(),
-    reason=f"shared UserRL data not found at {DATA_ROOT}",
-)
+needs_shared_data = needs_shared_file(INTENTION_DIR / "all_intentions_train.json")
 
 
 def shipped() -> list[dict[str, Any]]:
@@ -203,11 +204,8 @@ def test_solver_skips_details_it_cannot_cover_and_avoids_bundling() -> None:
 
 
 def test_solver_touches_no_global_rng() -> None:
-    random.seed(7)
-    np.random.seed(7)
-    py_state, np_state = random.getstate(), np.random.get_state()[1].copy()
-    solve_episode(make_env("intention"), load_intention_tasks("test")[3], np.random.default_rng(1))
-    assert random.getstate() == py_state and np.array_equal(np.random.get_state()[1], np_state)
+    with global_rngs_untouched():
+        solve_episode(make_env("intention"), load_intention_tasks("test")[3], np.random.default_rng(1))
 
 
 # ---------------------------------------------------------------- loaders (userrl): error paths on fake folders
@@ -229,34 +227,14 @@ ITEM = {
 
 def _fake_root(tmp_path: Path, train_items: object, ids: list[str], task: str = "Plan my trip.") -> Path:
     folder = tmp_path / "gyms/IntentionGym/intentiongym/data"
-    folder.mkdir(parents=True)
-    text = train_items if isinstance(train_items, str) else json.dumps(train_items)
-    (folder / "all_intentions_train.json").write_text(text, encoding="utf-8")
-    (folder / "all_intentions_test.json").write_text("[]", encoding="utf-8")
+    write_json(folder / "all_intentions_train.json", train_items)
+    write_json(folder / "all_intentions_test.json", "[]")
+    kwargs = {"task": task, "category": "Travel"}
     rows = [
-        {
-            "data_source": "interact_intention",
-            "prompt": [{"content": "sys", "role": "system"}, {"content": "go", "role": "user"}],
-            "extra_info": {
-                "split": "train",
-                "index": i,
-                "tools_kwargs": {
-                    "interact_with_env": {
-                        "create_kwargs": {
-                            "env_name": "IntentionGym",
-                            "id": item_id,
-                            "task": task,
-                            "category": "Travel",
-                        }
-                    }
-                },
-            },
-        }
+        original_row("interact_intention", i, {"env_name": "IntentionGym", "id": item_id, **kwargs})
         for i, item_id in enumerate(ids)
     ]
-    parquet = tmp_path / "data/intention_multiturn/train.parquet"
-    parquet.parent.mkdir(parents=True)
-    pl.DataFrame(rows).write_parquet(parquet)
+    write_parquet(tmp_path / "data/intention_multiturn/train.parquet", rows)
     return tmp_path
 
 

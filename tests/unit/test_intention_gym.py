@@ -6,14 +6,13 @@ import asyncio
 import json
 import random
 import re
-import warnings
 from collections.abc import Callable
 from typing import Any
 
 import gymnasium
 import numpy as np
 import pytest
-from gymnasium.utils.env_checker import check_env
+from gym_helpers import check_env_without_warnings, step
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -91,11 +90,6 @@ def started(details: list[dict[str, Any]] | None = None, **kwargs: Any) -> Inten
     env = IntentionEnv(make_task(details), **kwargs)
     env.reset()
     return env
-
-
-def step(env: IntentionEnv, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-    obs, reward, terminated, truncated, info = env.step(action)
-    return obs["feedback"], reward, terminated, truncated, info
 
 
 # ---------------------------------------------------------------- fake model client
@@ -556,9 +550,7 @@ def test_gymnasium_make_and_registry() -> None:
 @pytest.mark.parametrize("via_make", [False, True])
 def test_env_checker_passes_without_warnings(via_make: bool) -> None:
     env = gymnasium.make("userrl/Intention-v0", task=make_task()) if via_make else IntentionEnv(make_task())
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        check_env(env.unwrapped, skip_render_check=True)
+    check_env_without_warnings(env)
 
 
 # ---------------------------------------------------------------- fuzzing

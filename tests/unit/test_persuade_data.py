@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pytest
+from gym_helpers import DATA_ROOT, global_rngs_untouched, needs_shared_file, original_row, write_parquet
 
 from userrl.envs import Task, load_tasks, make_env, make_solver
 from userrl.envs.persuade.generate import canonical_items, canonical_text, design_problems, item_id, main
@@ -26,13 +26,8 @@ from userrl.envs.persuade.tasks import (
 )
 from userrl.envs.text import content_words
 
-DATA_ROOT = Path(
-    os.environ.get("USERRL_DATA_ROOT", Path(__file__).resolve().parents[3] / "shared" / "userrl-data")
-)
 PERSUADE_PARQUET = DATA_ROOT / "data/persuasion_multiturn"
-needs_shared_data = pytest.mark.skipif(
-    not (PERSUADE_PARQUET / "train.parquet").is_file(), reason=f"shared UserRL data not found at {DATA_ROOT}"
-)
+needs_shared_data = needs_shared_file(PERSUADE_PARQUET / "train.parquet")
 WIN = 1.0 - 1e-5  # three 2-step moves pay 3 x 0.333333 (the spec rounds to 6 decimals)
 
 
@@ -164,11 +159,8 @@ def test_solver_without_counterarguments_uses_templates() -> None:
 
 
 def test_solver_touches_no_global_rng() -> None:
-    random.seed(7)
-    np.random.seed(7)
-    py_state, np_state = random.getstate(), np.random.get_state()[1].copy()
-    solve_episode(make_env("persuade"), load_persuade_tasks("test")[0], np.random.default_rng(1))
-    assert random.getstate() == py_state and np.array_equal(np.random.get_state()[1], np_state)
+    with global_rngs_untouched():
+        solve_episode(make_env("persuade"), load_persuade_tasks("test")[0], np.random.default_rng(1))
 
 
 # ---------------------------------------------------------------- loaders (userrl): fake parquet rows
@@ -178,30 +170,20 @@ def _row(
     i: int, item_id: str | None, claim: str | None, argument: str | None, in_kwargs: bool = True
 ) -> dict:
     kwargs = {"env_name": "PersuadeGym", "id": item_id, "claim": claim, "argument": argument}
-    return {
-        "data_source": "interact_persuade",
-        "prompt": [{"content": "sys", "role": "system"}, {"content": "go", "role": "user"}],
-        "reward_model": {
-            "style": "rule",
-            "id": item_id,
-            "claim": claim,
-            "argument": argument,
-            "ground_truth": claim,
-        },
-        "extra_info": {
-            "split": "train",
-            "index": i,
-            "tools_kwargs": {
-                "interact_with_env": {"create_kwargs": kwargs if in_kwargs else {"env_name": "P"}}
-            },
-        },
+    reward_model = {
+        "style": "rule",
+        "id": item_id,
+        "claim": claim,
+        "argument": argument,
+        "ground_truth": claim,
     }
+    return original_row(
+        "interact_persuade", i, kwargs if in_kwargs else {"env_name": "P"}, reward_model=reward_model
+    )
 
 
 def _fake_root(tmp_path: Path, rows: list[dict]) -> Path:
-    parquet = tmp_path / "data/persuasion_multiturn/train.parquet"
-    parquet.parent.mkdir(parents=True)
-    pl.DataFrame(rows).write_parquet(parquet)
+    write_parquet(tmp_path / "data/persuasion_multiturn/train.parquet", rows)
     return tmp_path
 
 

@@ -6,14 +6,13 @@ import asyncio
 import json
 import random
 import re
-import warnings
 from collections.abc import Callable
 from typing import Any
 
 import gymnasium
 import numpy as np
 import pytest
-from gymnasium.utils.env_checker import check_env
+from gym_helpers import check_env_without_warnings, step
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -78,11 +77,6 @@ def started(**kwargs: Any) -> PersuadeEnv:
     env = PersuadeEnv(make_task(), **kwargs)
     env.reset()
     return env
-
-
-def step(env: PersuadeEnv, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-    obs, reward, terminated, truncated, info = env.step(action)
-    return obs["feedback"], reward, terminated, truncated, info
 
 
 # ---------------------------------------------------------------- fake model client
@@ -496,9 +490,7 @@ def test_gymnasium_make_and_registry() -> None:
 @pytest.mark.parametrize("via_make", [False, True])
 def test_env_checker_passes_without_warnings(via_make: bool) -> None:
     env = gymnasium.make("userrl/Persuade-v0", task=make_task()) if via_make else PersuadeEnv(make_task())
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        check_env(env.unwrapped, skip_render_check=True)
+    check_env_without_warnings(env)
 
 
 # ---------------------------------------------------------------- fuzzing

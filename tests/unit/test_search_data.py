@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import random
 import re
 from collections import Counter
 from pathlib import Path
@@ -12,6 +10,14 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from gym_helpers import (
+    DATA_ROOT,
+    global_rngs_untouched,
+    needs_shared_file,
+    original_row,
+    write_json,
+    write_parquet,
+)
 
 import userrl.envs.search  # noqa: F401  (registers the gym until the registry imports every gym)
 from userrl.envs import load_tasks, make_env, make_solver
@@ -33,13 +39,8 @@ from userrl.envs.search.tasks import (
 )
 from userrl.envs.search.world import build_world
 
-DATA_ROOT = Path(
-    os.environ.get("USERRL_DATA_ROOT", Path(__file__).resolve().parents[3] / "shared" / "userrl-data")
-)
 QUESTIONS_JSON = DATA_ROOT / "gyms/SearchGym/searchgym/data/questions.json"
-needs_shared_data = pytest.mark.skipif(
-    not QUESTIONS_JSON.is_file(), reason=f"shared UserRL data not found at {DATA_ROOT}"
-)
+needs_shared_data = needs_shared_file(QUESTIONS_JSON)
 
 
 def shipped_questions() -> list[dict]:
@@ -149,11 +150,8 @@ def test_world_is_seeded_and_consistent() -> None:
 
 
 def test_generation_touches_no_global_rng() -> None:
-    random.seed(3)
-    np.random.seed(3)
-    state, np_state = random.getstate(), np.random.get_state()[1].copy()
-    build_world(5)
-    assert random.getstate() == state and np.array_equal(np.random.get_state()[1], np_state)
+    with global_rngs_untouched(seed=3):
+        build_world(5)
 
 
 # ---------------------------------------------------------------- corpus loading and the BM25 index
@@ -300,27 +298,19 @@ ITEM = {
 
 
 def _fake_root(tmp_path: Path, items: object, ids: list[str], truth: str | None = "james madison") -> Path:
-    path = tmp_path / "gyms/SearchGym/searchgym/data/questions.json"
-    path.parent.mkdir(parents=True)
-    path.write_text(items if isinstance(items, str) else json.dumps(items), encoding="utf-8")
+    write_json(tmp_path / "gyms/SearchGym/searchgym/data/questions.json", items)
     rows = [
-        {
-            "data_source": "interact_searchgym",
-            "prompt": [{"content": "sys", "role": "system"}, {"content": "q?", "role": "user"}],
-            "reward_model": {"ground_truth": truth, "id": item_id, "style": "rule"},
-            "extra_info": {
-                "split": "test",
-                "index": i,
-                "tools_kwargs": {
-                    "interact_with_env": {"create_kwargs": {"env_name": "SearchGym", "id": item_id}}
-                },
-            },
-        }
+        original_row(
+            "interact_searchgym",
+            i,
+            {"env_name": "SearchGym", "id": item_id},
+            split="test",
+            user="q?",
+            reward_model={"ground_truth": truth, "id": item_id, "style": "rule"},
+        )
         for i, item_id in enumerate(ids)
     ]
-    parquet = tmp_path / "data/bamboogle_multiturn/test.parquet"
-    parquet.parent.mkdir(parents=True)
-    pl.DataFrame(rows).write_parquet(parquet)
+    write_parquet(tmp_path / "data/bamboogle_multiturn/test.parquet", rows)
     return tmp_path
 
 

@@ -7,14 +7,13 @@ import json
 import logging
 import re
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import gymnasium
 import pytest
-from gymnasium.utils.env_checker import check_env
+from gym_helpers import check_env_without_warnings
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -533,9 +532,7 @@ def test_gymnasium_make_and_make_env() -> None:
 @pytest.mark.parametrize("via_make", [False, True])
 def test_env_checker_passes_without_warnings(via_make: bool) -> None:
     env = gymnasium.make("userrl/Search-v0", task=make_task()) if via_make else SearchEnv(make_task())
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        check_env(env.unwrapped, skip_render_check=True)
+    check_env_without_warnings(env)
 
 
 def test_observations_lie_in_the_observation_space() -> None:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import random
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -12,6 +10,14 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pytest
+from gym_helpers import (
+    DATA_ROOT,
+    global_rngs_untouched,
+    needs_shared_file,
+    original_row,
+    write_json,
+    write_parquet,
+)
 
 import userrl.envs.telepathy  # noqa: F401  (registers the gym until discovery imports every gym)
 from userrl.envs import Task, load_tasks, make_env, make_solver
@@ -32,13 +38,8 @@ from userrl.envs.telepathy.tasks import (
     load_telepathy_tasks,
 )
 
-DATA_ROOT = Path(
-    os.environ.get("USERRL_DATA_ROOT", Path(__file__).resolve().parents[3] / "shared" / "userrl-data")
-)
 ENTITIES_JSON = DATA_ROOT / "gyms/TelepathyGym/telepathygym/data/all_entities_refined.json"
-needs_shared_data = pytest.mark.skipif(
-    not ENTITIES_JSON.is_file(), reason=f"shared UserRL data not found at {DATA_ROOT}"
-)
+needs_shared_data = needs_shared_file(ENTITIES_JSON)
 
 
 def shipped() -> list[dict[str, Any]]:
@@ -283,11 +284,8 @@ def test_solver_finishes_when_the_guess_is_rejected() -> None:
 
 
 def test_solver_touches_no_global_rng() -> None:
-    random.seed(7)
-    np.random.seed(7)
-    py_state, np_state = random.getstate(), np.random.get_state()[1].copy()
-    solve_episode(make_env("telepathy"), load_telepathy_tasks("test")[3], np.random.default_rng(1))
-    assert random.getstate() == py_state and np.array_equal(np.random.get_state()[1], np_state)
+    with global_rngs_untouched():
+        solve_episode(make_env("telepathy"), load_telepathy_tasks("test")[3], np.random.default_rng(1))
 
 
 # ---------------------------------------------------------------- loaders (userrl): fake folders
@@ -305,28 +303,18 @@ ENTITY = {
 def _fake_root(
     tmp_path: Path, entities: object, titles: list[str], file: str = "telepathy_multiturn/test"
 ) -> Path:
-    path = tmp_path / "gyms/TelepathyGym/telepathygym/data/all_entities_refined.json"
-    path.parent.mkdir(parents=True)
-    path.write_text(entities if isinstance(entities, str) else json.dumps(entities), encoding="utf-8")
+    write_json(tmp_path / "gyms/TelepathyGym/telepathygym/data/all_entities_refined.json", entities)
     rows = [
-        {
-            "data_source": "interact_telepathygym",
-            "prompt": [{"content": "sys", "role": "system"}, {"content": "guess", "role": "user"}],
-            "extra_info": {
-                "split": "test",
-                "index": i,
-                "tools_kwargs": {
-                    "interact_with_env": {
-                        "create_kwargs": {"env_name": "TelepathyGym", "title": t, "category": "animal"}
-                    }
-                },
-            },
-        }
+        original_row(
+            "interact_telepathygym",
+            i,
+            {"env_name": "TelepathyGym", "title": t, "category": "animal"},
+            split="test",
+            user="guess",
+        )
         for i, t in enumerate(titles)
     ]
-    parquet = tmp_path / f"data/{file}.parquet"
-    parquet.parent.mkdir(parents=True)
-    pl.DataFrame(rows).write_parquet(parquet)
+    write_parquet(tmp_path / f"data/{file}.parquet", rows)
     return tmp_path
 
 

@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import json
 import re
-import warnings
-from collections.abc import Callable
 from typing import Any
 
 import gymnasium
 import pytest
-from gymnasium.utils.env_checker import check_env
+from gym_helpers import FakeRoleClient, check_env_without_warnings, step
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import userrl.envs.telepathy  # noqa: F401  (registers userrl/Telepathy-v0 until discovery imports every gym)
 from userrl.envs import Task, make_env
-from userrl.envs.json_extract import extract_json_object
-from userrl.envs.llm import RoleCall
 from userrl.envs.telepathy import env as tenv
 from userrl.envs.telepathy import roles
 from userrl.envs.telepathy.env import TelepathyEnv
@@ -45,41 +41,6 @@ def started(**kwargs: Any) -> TelepathyEnv:
     env = TelepathyEnv(make_task(), **kwargs)
     env.reset()
     return env
-
-
-def step(env: TelepathyEnv, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-    obs, reward, terminated, truncated, info = env.step(action)
-    return obs["feedback"], reward, terminated, truncated, info
-
-
-class FakeRoleClient:
-    """Test double of the model client: each call tries its raw replies in order, like retries."""
-
-    def __init__(self, *calls: list[str]) -> None:
-        self.calls = list(calls)
-        self.seen: list[tuple[str, str, str]] = []
-
-    async def complete_json(
-        self,
-        role: str,
-        system: str,
-        user: str,
-        validate: Callable[[dict[str, Any]], Any],
-        *,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-    ) -> tuple[Any, RoleCall]:
-        self.seen.append((role, system, user))
-        replies = self.calls.pop(0)
-        for attempt, reply in enumerate(replies, start=1):
-            try:
-                return validate(extract_json_object(reply)), RoleCall(role, attempt, True, 0.01)
-            except (ValueError, KeyError, TypeError):
-                continue
-        return None, RoleCall(role, len(replies), False, 0.02)
-
-    async def complete_text(self, *args: Any, **kwargs: Any) -> tuple[str | None, RoleCall]:
-        raise AssertionError("Telepathy's roles return JSON only")
 
 
 def judge_reply(judgment: Any, feedback: Any = "Nice try.") -> str:
@@ -389,9 +350,7 @@ def test_gymnasium_make() -> None:
 @pytest.mark.parametrize("via_make", [False, True])
 def test_env_checker_passes_without_warnings(via_make: bool) -> None:
     env = gymnasium.make("userrl/Telepathy-v0", task=make_task()) if via_make else TelepathyEnv(make_task())
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        check_env(env.unwrapped, skip_render_check=True)
+    check_env_without_warnings(env)
 
 
 def test_observations_lie_in_the_observation_space() -> None:

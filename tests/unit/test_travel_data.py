@@ -4,16 +4,14 @@ original parquet rows (whose scenario JSON files are absent from the shared data
 from __future__ import annotations
 
 import json
-import os
-import random
 import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import polars as pl
 import pytest
+from gym_helpers import DATA_ROOT, global_rngs_untouched, needs_shared_file, write_json, write_parquet
 
 import userrl.envs.travel  # noqa: F401  (registers "travel")
 from userrl.envs import load_tasks, make_env, make_solver
@@ -44,13 +42,8 @@ from userrl.envs.travel.tasks import (
     read_travel_rows,
 )
 
-DATA_ROOT = Path(
-    os.environ.get("USERRL_DATA_ROOT", Path(__file__).resolve().parents[3] / "shared" / "userrl-data")
-)
 TRAVEL22 = DATA_ROOT / "data/travel22_multiturn_onechoice/train.parquet"
-needs_shared_data = pytest.mark.skipif(
-    not TRAVEL22.is_file(), reason=f"shared UserRL data not found at {DATA_ROOT}"
-)
+needs_shared_data = needs_shared_file(TRAVEL22)
 
 
 def shipped(subset: str) -> dict[str, dict[str, Any]]:
@@ -240,11 +233,8 @@ def test_solver_is_deterministic_and_repeats_failed_searches() -> None:
 
 
 def test_solver_touches_no_global_rng() -> None:
-    random.seed(7)
-    np.random.seed(7)
-    py_state, np_state = random.getstate(), np.random.get_state()[1].copy()
-    solve_episode(make_env("travel"), load_travel_tasks("test")[3], np.random.default_rng(1))
-    assert random.getstate() == py_state and np.array_equal(np.random.get_state()[1], np_state)
+    with global_rngs_untouched():
+        solve_episode(make_env("travel"), load_travel_tasks("test")[3], np.random.default_rng(1))
 
 
 # ---------------------------------------------------------------- loaders (userrl): fake folders
@@ -273,13 +263,9 @@ def _row(scenario_id: str, best: list[str], index: int, user: str = "plan my tri
 
 
 def _fake_root(tmp_path: Path, rows: list[dict[str, Any]], scenarios: dict[str, Any] | None) -> Path:
-    parquet = tmp_path / "data/travel22_multiturn_onechoice/train.parquet"
-    parquet.parent.mkdir(parents=True)
-    pl.DataFrame(rows).write_parquet(parquet)
+    write_parquet(tmp_path / "data/travel22_multiturn_onechoice/train.parquet", rows)
     if scenarios is not None:
-        path = tmp_path / "gyms/TravelGym/travelgym/data/travelgym_data_22.json"
-        path.parent.mkdir(parents=True)
-        path.write_text(json.dumps(scenarios), encoding="utf-8")
+        write_json(tmp_path / "gyms/TravelGym/travelgym/data/travelgym_data_22.json", scenarios)
     return tmp_path
 
 

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import random
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 import pytest
+from gym_helpers import (
+    DATA_ROOT,
+    global_rngs_untouched,
+    needs_shared_file,
+    original_row,
+    write_json,
+    write_parquet,
+)
 
 import userrl.envs.turtle  # noqa: F401  (registers the gym until discovery imports every gym)
 from userrl.envs import Task, load_tasks, make_env, make_solver
@@ -25,13 +31,8 @@ from userrl.envs.turtle.tasks import (
     load_turtle_tasks,
 )
 
-DATA_ROOT = Path(
-    os.environ.get("USERRL_DATA_ROOT", Path(__file__).resolve().parents[3] / "shared" / "userrl-data")
-)
 STORIES_JSON = DATA_ROOT / "gyms/TurtleGym/turtlegym/data/all_stories_refined.json"
-needs_shared_data = pytest.mark.skipif(
-    not STORIES_JSON.is_file(), reason=f"shared UserRL data not found at {DATA_ROOT}"
-)
+needs_shared_data = needs_shared_file(STORIES_JSON)
 
 
 def shipped() -> list[dict[str, Any]]:
@@ -172,11 +173,8 @@ def test_solver_without_key_questions_answers_at_once() -> None:
 
 
 def test_solver_touches_no_global_rng() -> None:
-    random.seed(7)
-    np.random.seed(7)
-    py_state, np_state = random.getstate(), np.random.get_state()[1].copy()
-    solve_episode(make_env("turtle"), load_turtle_tasks("test")[3], np.random.default_rng(1))
-    assert random.getstate() == py_state and np.array_equal(np.random.get_state()[1], np_state)
+    with global_rngs_untouched():
+        solve_episode(make_env("turtle"), load_turtle_tasks("test")[3], np.random.default_rng(1))
 
 
 # ---------------------------------------------------------------- loaders (userrl): fake folders
@@ -196,26 +194,14 @@ STORY = {
 
 
 def _fake_root(tmp_path: Path, stories: object, titles: list[str], split: str = "train") -> Path:
-    path = tmp_path / "gyms/TurtleGym/turtlegym/data/all_stories_refined.json"
-    path.parent.mkdir(parents=True)
-    path.write_text(stories if isinstance(stories, str) else json.dumps(stories), encoding="utf-8")
+    write_json(tmp_path / "gyms/TurtleGym/turtlegym/data/all_stories_refined.json", stories)
     rows = [
-        {
-            "data_source": "interact_turtlegym",
-            "prompt": [{"content": "sys", "role": "system"}, {"content": f"Title: {t}", "role": "user"}],
-            "extra_info": {
-                "split": split,
-                "index": i,
-                "tools_kwargs": {
-                    "interact_with_env": {"create_kwargs": {"env_name": "TurtleGym", "title": t}}
-                },
-            },
-        }
+        original_row(
+            "interact_turtlegym", i, {"env_name": "TurtleGym", "title": t}, split=split, user=f"Title: {t}"
+        )
         for i, t in enumerate(titles)
     ]
-    parquet = tmp_path / f"data/turtle_multiturn/{split}.parquet"
-    parquet.parent.mkdir(parents=True)
-    pl.DataFrame(rows).write_parquet(parquet)
+    write_parquet(tmp_path / f"data/turtle_multiturn/{split}.parquet", rows)
     return tmp_path
 
 

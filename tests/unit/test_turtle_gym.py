@@ -4,20 +4,16 @@ from __future__ import annotations
 
 import json
 import re
-import warnings
-from collections.abc import Callable
 from typing import Any
 
 import gymnasium
 import pytest
-from gymnasium.utils.env_checker import check_env
+from gym_helpers import FakeRoleClient, check_env_without_warnings, step
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import userrl.envs.turtle  # noqa: F401  (registers userrl/Turtle-v0 until discovery imports every gym)
 from userrl.envs import Task, make_env
-from userrl.envs.json_extract import extract_json_object
-from userrl.envs.llm import RoleCall
 from userrl.envs.turtle import env as tenv
 from userrl.envs.turtle import roles
 from userrl.envs.turtle.env import TurtleEnv
@@ -58,41 +54,6 @@ def started(rubric: list[tuple[str, float]] | None = None, **kwargs: Any) -> Tur
     env = TurtleEnv(make_task(rubric), **kwargs)
     env.reset()
     return env
-
-
-def step(env: TurtleEnv, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-    obs, reward, terminated, truncated, info = env.step(action)
-    return obs["feedback"], reward, terminated, truncated, info
-
-
-class FakeRoleClient:
-    """Test double of the model client: each call tries its raw replies in order, like retries."""
-
-    def __init__(self, *calls: list[str]) -> None:
-        self.calls = list(calls)
-        self.seen: list[tuple[str, str, str]] = []
-
-    async def complete_json(
-        self,
-        role: str,
-        system: str,
-        user: str,
-        validate: Callable[[dict[str, Any]], Any],
-        *,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-    ) -> tuple[Any, RoleCall]:
-        self.seen.append((role, system, user))
-        replies = self.calls.pop(0)
-        for attempt, reply in enumerate(replies, start=1):
-            try:
-                return validate(extract_json_object(reply)), RoleCall(role, attempt, True, 0.01)
-            except (ValueError, KeyError, TypeError):
-                continue
-        return None, RoleCall(role, len(replies), False, 0.02)
-
-    async def complete_text(self, *args: Any, **kwargs: Any) -> tuple[str | None, RoleCall]:
-        raise AssertionError("Turtle's roles return JSON only")
 
 
 def grader_reply(*scores: Any, feedback: str = "ignored") -> str:
@@ -461,9 +422,7 @@ def test_gymnasium_make() -> None:
 @pytest.mark.parametrize("via_make", [False, True])
 def test_env_checker_passes_without_warnings(via_make: bool) -> None:
     env = gymnasium.make("userrl/Turtle-v0", task=make_task()) if via_make else TurtleEnv(make_task())
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        check_env(env.unwrapped, skip_render_check=True)
+    check_env_without_warnings(env)
 
 
 def test_observations_lie_in_the_observation_space() -> None:
