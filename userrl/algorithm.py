@@ -200,7 +200,7 @@ class GRPOMultiTurn:
                 except queue_lib.Empty:
                     continue
                 step += 1
-                tracker.log_result(result, result.get("iteration", 0) if result["phase"] == "rl" else step)
+                tracker.log_result(result, result.get("iteration", 0) if result["phase"] != "sft" else step)
                 if result["phase"] == "rl":
                     self.results.append(result)
                 if on_result:

@@ -20,6 +20,10 @@ def _progress(result: dict[str, Any]) -> None:
         console.print(f"[cyan]sft[/] epoch {result['sft/epoch']} step {result['sft/step']:>3}  "
                       f"loss {result['sft/loss']:.4f}  {result['time/sft_step_s']:.1f}s")
         return
+    if result["phase"] == "eval":
+        console.print(f"[magenta]eval[/] at iteration {result['iteration']}: reward {result['eval/reward_mean']:.3f}  "
+                      f"success {result['eval/success_rate']:.2f}  valid {result['eval/valid_action_rate']:.2f}")
+        return
     r = result
     console.print(
         f"[bold]iter {r['iteration']:>3}[/]  reward {r['rollout/reward_mean']:.3f}±{r['rollout/reward_std']:.3f}  "

@@ -183,7 +183,7 @@ class Learner:
         lengths = [len(t.input_ids) for t in trajectories]
         plan = plan_micro_batches(len(trajectories), lengths, self.world_size, tc.micro_batch_tokens)[self.rank]
         sums = torch.zeros(6, dtype=torch.float64)  # loss, clipfrac, approx_kl, entropy, gap, micro count
-        tokens = 0.0
+        tokens = processed = 0.0
         for micro in plan:
             batch = self._micro(trajectories, micro)
             mask = batch.loss_mask[:, 1:].to(self.device)
@@ -211,6 +211,7 @@ class Learner:
             (loss / len(plan)).backward()
             n = float(mask.sum())
             tokens += n
+            processed += float(batch.attention_mask.sum()) if micro else 0.0
             gap = ((batch.sampler_logprobs[:, 1:].to(self.device) - logp.detach()).abs() * mask).sum() / max(n, 1)
             sums += torch.tensor([float(loss.detach()), float(stats.get("pg_clipfrac", 0.0)),
                                   float(stats.get("approx_kl", 0.0)),
@@ -221,12 +222,13 @@ class Learner:
             grad_norm = grad_norm.full_tensor()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        summed = torch.cat([sums, torch.tensor([tokens], dtype=torch.float64)])
+        summed = torch.cat([sums, torch.tensor([tokens, processed], dtype=torch.float64)])
         dist.all_reduce(summed)
         count = max(float(summed[5]), 1.0)
         return {"loss": float(summed[0]) / count, "pg_clipfrac": float(summed[1]) / count,
                 "approx_kl": float(summed[2]) / count, "entropy": float(summed[3]) / count,
                 "sampler_logprob_gap": float(summed[4]) / count, "trained_tokens": float(summed[6]),
+                "processed_tokens": float(summed[7]),
                 "grad_norm": float(grad_norm)}
 
     # ---------------------------------------------------------------- state

@@ -112,6 +112,11 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
         if rank0:
             coordinator.sync_weights(state, version)
 
+    ev = config.evaluation
+    if ev.interval and start == 0:  # the starting point (after any warm start), for the learning curve
+        metrics = coordinator.evaluate(ev.num_tasks, ev.split, ev.temperature)[1] if rank0 else None
+        report({"phase": "eval", "iteration": 0, **_share(metrics)})
+
     for iteration in range(start, config.training.iterations):
         began = time.perf_counter()
         trajectories, result = coordinator.rollout(iteration) if rank0 else (None, None)
@@ -130,8 +135,9 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
             result.update({f"learner/{k}": v for k, v in learner.update(trajectories, advantages).items()})
             result["time/update_s"] = time.perf_counter() - tick
         else:
-            result.update({"time/advantages_s": 0.0, "time/update_s": 0.0, "learner/trained_tokens": 0.0})
-        result["learner/tokens_per_s"] = result["learner/trained_tokens"] / max(result["time/update_s"], 1e-9)
+            result.update({"time/advantages_s": 0.0, "time/update_s": 0.0, "learner/processed_tokens": 0.0})
+        # Every token goes through forward and backward, so throughput counts them all (not just the trained ones).
+        result["learner/tokens_per_s"] = result["learner/processed_tokens"] / max(result["time/update_s"], 1e-9)
 
         tick = time.perf_counter()
         state = learner.full_state_dict()
@@ -149,11 +155,8 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
                                            "config": config.model_dump(mode="json")}, tokenizer)
             result["checkpoint"] = str(path)
 
-        interval = config.evaluation.interval
-        if interval and done % interval == 0 and rank0:
-            ev = config.evaluation
-            _, eval_metrics = coordinator.evaluate(ev.num_tasks, ev.split, ev.temperature)
-            result.update(eval_metrics)
+        if ev.interval and done % ev.interval == 0 and rank0:
+            result.update(coordinator.evaluate(ev.num_tasks, ev.split, ev.temperature)[1])
 
         result.update({"phase": "rl", "iteration": done, "policy_version": version,
                        "time/iteration_s": time.perf_counter() - began})
