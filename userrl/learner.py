@@ -182,8 +182,8 @@ class Learner:
         tc = self.config.training
         lengths = [len(t.input_ids) for t in trajectories]
         plan = plan_micro_batches(len(trajectories), lengths, self.world_size, tc.micro_batch_tokens)[self.rank]
-        sums = torch.zeros(6, dtype=torch.float64)  # loss, clipfrac, approx_kl, entropy, gap, micro count
-        tokens = processed = 0.0
+        sums = dict.fromkeys(("loss", "pg_clipfrac", "approx_kl", "entropy", "sampler_logprob_gap",
+                              "micro_batches", "trained_tokens", "processed_tokens"), 0.0)
         for micro in plan:
             batch = self._micro(trajectories, micro)
             mask = batch.loss_mask[:, 1:].to(self.device)
@@ -209,27 +209,36 @@ class Learner:
                 if entropy is not None:
                     loss = loss - tc.entropy_coeff * aggregate(entropy, mask, tc.loss_agg_mode)
             (loss / len(plan)).backward()
-            n = float(mask.sum())
-            tokens += n
-            processed += float(batch.attention_mask.sum()) if micro else 0.0
-            gap = ((batch.sampler_logprobs[:, 1:].to(self.device) - logp.detach()).abs() * mask).sum() / max(n, 1)
-            sums += torch.tensor([float(loss.detach()), float(stats.get("pg_clipfrac", 0.0)),
-                                  float(stats.get("approx_kl", 0.0)),
-                                  0.0 if entropy is None else float((entropy.detach() * mask).sum() / max(n, 1)),
-                                  float(gap), 1.0 if micro else 0.0], dtype=torch.float64)
+            if not micro:
+                continue  # an empty micro-batch only keeps the collectives in step
+            n = max(float(mask.sum()), 1.0)
+            sums["loss"] += float(loss.detach())
+            sums["pg_clipfrac"] += float(stats.get("pg_clipfrac", 0.0))
+            sums["approx_kl"] += float(stats.get("approx_kl", 0.0))
+            if entropy is not None:
+                sums["entropy"] += float((entropy.detach() * mask).sum()) / n
+            gap = (batch.sampler_logprobs[:, 1:].to(self.device) - logp.detach()).abs() * mask
+            sums["sampler_logprob_gap"] += float(gap.sum()) / n
+            sums["micro_batches"] += 1
+            sums["trained_tokens"] += float(mask.sum())
+            sums["processed_tokens"] += float(batch.attention_mask.sum())
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.grad_clip)
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        summed = torch.cat([sums, torch.tensor([tokens, processed], dtype=torch.float64)])
-        dist.all_reduce(summed)
-        count = max(float(summed[5]), 1.0)
-        return {"loss": float(summed[0]) / count, "pg_clipfrac": float(summed[1]) / count,
-                "approx_kl": float(summed[2]) / count, "entropy": float(summed[3]) / count,
-                "sampler_logprob_gap": float(summed[4]) / count, "trained_tokens": float(summed[6]),
-                "processed_tokens": float(summed[7]),
-                "grad_norm": float(grad_norm)}
+        totals = self._all_reduce(sums)
+        count = max(totals.pop("micro_batches"), 1.0)
+        means = {k: v / count for k, v in totals.items() if not k.endswith("_tokens")}
+        return {**means, "trained_tokens": totals["trained_tokens"],
+                "processed_tokens": totals["processed_tokens"], "grad_norm": float(grad_norm)}
+
+    @staticmethod
+    def _all_reduce(values: dict[str, float]) -> dict[str, float]:
+        """Sum scalar metrics over the learner group."""
+        tensor = torch.tensor(list(values.values()), dtype=torch.float64)
+        dist.all_reduce(tensor)
+        return dict(zip(values, tensor.tolist(), strict=True))
 
     # ---------------------------------------------------------------- state
 
