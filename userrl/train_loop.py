@@ -104,9 +104,10 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     elif config.sft.enabled:
         _sft_phase(config, learner, coordinator, chat, report)
         version, sync_needed = 1, True
-        # The warm-started model is a checkpoint of its own (`userrl sft` ends here).
-        learner.save_checkpoint(checkpoint_path(config, 0), {"iteration": 0, "policy_version": version,
-                                                             "config": config.model_dump(mode="json")}, tokenizer)
+        if config.checkpointing.every:  # the warm-started model is a checkpoint of its own (`userrl sft` ends here)
+            learner.save_checkpoint(checkpoint_path(config, 0), {"iteration": 0, "policy_version": version,
+                                                                 "config": config.model_dump(mode="json")},
+                                    tokenizer)
     if sync_needed:
         state = learner.full_state_dict()
         if rank0:

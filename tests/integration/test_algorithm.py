@@ -70,3 +70,21 @@ def test_fit_checkpoint_and_exact_resume(ray_local, tiny_model, tmp_path):
 def test_missing_checkpoint_is_a_clear_error(ray_local, tiny_model, tmp_path):
     with pytest.raises(FileNotFoundError, match="not a userrl checkpoint"):
         _config(tmp_path).checkpointing(resume_from=str(tmp_path / "nope")).build_algo()
+
+
+def test_mixed_gyms_report_metrics_per_gym(ray_local, tiny_model, tmp_path):
+    """A mixture of gyms trains in one run; demonstrations come from every gym's solver."""
+    config = (_config(tmp_path)
+              .environment(gyms=[{"name": "function", "weight": 2}, {"name": "turtle"}, {"name": "travel"}],
+                           protocol="bracket", max_turns=2, max_steps=16)
+              .training(iterations=1, batch_size=6, group_size=2)
+              .sft(episodes=6)
+              .checkpointing(every=0))
+    algo = config.build_algo()
+    try:
+        (result,) = algo.fit()
+    finally:
+        algo.stop()
+    gyms = {key.rsplit("/", 1)[1] for key in result if key.startswith("rollout/reward_mean/")}
+    assert gyms <= {"function", "turtle", "travel"} and len(gyms) >= 2
+    assert result["rollout/episodes"] == 12
