@@ -30,7 +30,8 @@ def _progress(result: dict[str, Any]) -> None:
         f"success {r['rollout/success_rate']:.2f}  valid {r['rollout/valid_action_rate']:.2f}  "
         f"turns {r['rollout/turns_mean']:.1f}  gen {r['rollout/tokens_per_s']:.0f} tok/s  "
         f"train {r['learner/tokens_per_s']:.0f} tok/s  | rollout {r['time/rollout_s']:.1f}s  "
-        f"adv {r['time/advantages_s']:.2f}s  update {r['time/update_s']:.1f}s  sync {r['time/weight_sync_s']:.1f}s"
+        f"adv {r['time/advantages_s']:.2f}s  update {r['time/update_s']:.1f}s  sync {r['time/weight_sync_s']:.1f}s  "
+        f"learner mem {r['memory/learner_rss_gb']:.1f} GB"
         + (f"  | eval reward {r['eval/reward_mean']:.3f}" if "eval/reward_mean" in r else "")
     )
 
