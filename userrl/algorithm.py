@@ -138,11 +138,14 @@ class GRPOMultiTurn:
         from transformers import AutoTokenizer
 
         pc, ec = self.config.policy, self.config.env
-        pad = AutoTokenizer.from_pretrained(self.model_path).pad_token_id
         replica_cls = ray.remote(PolicyReplica)
-        replicas = [replica_cls.options(num_cpus=pc.num_cpus_per_replica, max_concurrency=4096).remote(
-            self.model_path, pc.engine, pc.dtype, pc.max_batch_size, pc.num_threads, pad)
-            for _ in range(pc.num_replicas)]
+
+        def start_replicas(path: str, engine: str, count: int) -> list[Any]:
+            pad = AutoTokenizer.from_pretrained(path).pad_token_id
+            return [replica_cls.options(num_cpus=pc.num_cpus_per_replica, max_concurrency=4096).remote(
+                path, engine, pc.dtype, pc.max_batch_size, pc.num_threads, pad) for _ in range(count)]
+
+        replicas = start_replicas(self.model_path, pc.engine, pc.num_replicas)
         limits = RolloutLimits(max_turns=ec.max_turns, max_new_tokens=pc.max_new_tokens,
                                max_model_len=pc.max_model_len, max_response_len=pc.max_response_len,
                                temperature=pc.temperature, top_p=pc.top_p,
@@ -152,10 +155,7 @@ class GRPOMultiTurn:
         user_replicas, user_path = [], None
         if ec.backend == "local":
             user_path = resolve_model(ec.local_user_model)
-            user_pad = AutoTokenizer.from_pretrained(user_path).pad_token_id
-            user_replicas = [replica_cls.options(num_cpus=pc.num_cpus_per_replica, max_concurrency=4096).remote(
-                user_path, "hf", pc.dtype, pc.max_batch_size, pc.num_threads, user_pad)
-                for _ in range(ec.local_user_replicas)]
+            user_replicas = start_replicas(user_path, "hf", ec.local_user_replicas)
         runner_cls = ray.remote(EnvRunner)
         runners = [runner_cls.options(num_cpus=self.config.env_runners.num_cpus_per_env_runner,
                                       max_concurrency=64).remote(

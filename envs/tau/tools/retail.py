@@ -130,6 +130,26 @@ def _price_difference(
     return diff
 
 
+def _item_swap(
+    db: EpisodeDB, order_id: str, item_ids: list[Any], new_item_ids: list[Any], status: str, verb: str
+) -> tuple[dict[str, Any], Any] | str:
+    """The checks shared by the two item-swap tools, in τ-bench's order: (order, price difference) or an error."""
+    if not db.contains("orders", order_id):
+        return "Error: order not found"
+    order = db.get("orders", order_id)
+    if order["status"] != status:
+        return f"Error: non-{status} order cannot be {verb}"
+    error = _count_check(order, item_ids)
+    if error:
+        return error
+    if len(item_ids) != len(new_item_ids):
+        return "Error: the number of items to be exchanged should match"
+    diff = _price_difference(db, order, item_ids, new_item_ids)
+    if isinstance(diff, str):
+        return diff
+    return order, diff
+
+
 # ---------------------------------------------------------------------- write tools
 
 
@@ -186,19 +206,10 @@ def modify_pending_order_items(
     db: EpisodeDB, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str
 ) -> str:
     """Swap items of a pending order for other variants of the same products; pay or refund the difference."""
-    if not db.contains("orders", order_id):
-        return "Error: order not found"
-    order = db.get("orders", order_id)
-    if order["status"] != "pending":
-        return "Error: non-pending order cannot be modified"
-    error = _count_check(order, item_ids)
-    if error:
-        return error
-    if len(item_ids) != len(new_item_ids):
-        return "Error: the number of items to be exchanged should match"
-    diff = _price_difference(db, order, item_ids, new_item_ids)
-    if isinstance(diff, str):
-        return diff
+    checked = _item_swap(db, order_id, item_ids, new_item_ids, "pending", "modified")
+    if isinstance(checked, str):
+        return checked
+    order, diff = checked
     methods = db.get("users", order["user_id"])["payment_methods"]
     if payment_method_id not in methods:
         return "Error: payment method not found"
@@ -298,19 +309,10 @@ def exchange_delivered_order_items(
     db: EpisodeDB, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str
 ) -> str:
     """Request an exchange of delivered items for other variants (items and payments unchanged for now)."""
-    if not db.contains("orders", order_id):
-        return "Error: order not found"
-    order = db.get("orders", order_id)
-    if order["status"] != "delivered":
-        return "Error: non-delivered order cannot be exchanged"
-    error = _count_check(order, item_ids)
-    if error:
-        return error
-    if len(item_ids) != len(new_item_ids):
-        return "Error: the number of items to be exchanged should match"
-    diff = _price_difference(db, order, item_ids, new_item_ids)
-    if isinstance(diff, str):
-        return diff
+    checked = _item_swap(db, order_id, item_ids, new_item_ids, "delivered", "exchanged")
+    if isinstance(checked, str):
+        return checked
+    order, diff = checked
     diff = round(diff, 2)
     methods = db.get("users", order["user_id"])["payment_methods"]
     if payment_method_id not in methods:
