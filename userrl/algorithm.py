@@ -10,6 +10,7 @@ import logging
 import math
 import os
 import queue as queue_lib
+import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -99,6 +100,28 @@ class GRPOMultiTurnConfig:
         return GRPOMultiTurn(self.to_config())
 
 
+def check_ray_address(address: str, timeout_s: float = 5.0) -> None:
+    """Fail fast (ConnectionError) when a Ray cluster address cannot be reached.
+
+    `ray.init(address=...)` keeps retrying an unreachable GCS for minutes; one TCP connect says the same
+    in seconds. "auto" and "local" are left to Ray, which fails at once when there is nothing to find.
+    """
+    if address in ("auto", "local"):
+        return
+    hint = ("start a cluster with `ray start --head` (or fix ray.address / $RAY_ADDRESS); "
+            "unset both to train on a local Ray")
+    if address.startswith(("http://", "https://")):
+        raise ValueError(f"Ray address {address!r} is a dashboard/Jobs URL; ray.address needs the cluster's "
+                         f"GCS address (host:6379) -- submit jobs to the URL with `ray job submit` instead")
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"Ray address {address!r} is not of the form host:port (or ray://host:port); {hint}")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as error:
+        raise ConnectionError(f"cannot reach the Ray cluster at {address} ({error}); {hint}") from None
+
+
 def _ray_cpus(config: UserRLConfig) -> int:
     needed = (config.learners.num_learners * config.learners.num_cpus_per_learner
               + config.policy.num_replicas * config.policy.num_cpus_per_replica
@@ -128,6 +151,7 @@ class GRPOMultiTurn:
         runtime_env = {"env_vars": {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "TOKENIZERS_PARALLELISM": "false"}}
         address = self.config.ray.address or os.environ.get("RAY_ADDRESS")
         if address:
+            check_ray_address(address)
             ray.init(address=address, logging_config=_QUIET, runtime_env=runtime_env)
         else:
             ray.init(num_cpus=self.config.ray.num_cpus or _ray_cpus(self.config), logging_config=_QUIET,
@@ -140,12 +164,13 @@ class GRPOMultiTurn:
         pc, ec = self.config.policy, self.config.env
         replica_cls = ray.remote(PolicyReplica)
 
-        def start_replicas(path: str, engine: str, count: int) -> list[Any]:
+        def start_replicas(path: str, engine: str, count: int, gpus: float = 0) -> list[Any]:
             pad = AutoTokenizer.from_pretrained(path).pad_token_id
-            return [replica_cls.options(num_cpus=pc.num_cpus_per_replica, max_concurrency=4096).remote(
-                path, engine, pc.dtype, pc.max_batch_size, pc.num_threads, pad) for _ in range(count)]
+            return [replica_cls.options(num_cpus=pc.num_cpus_per_replica, num_gpus=gpus, max_concurrency=4096).remote(
+                path, engine, pc.dtype, pc.max_batch_size, pc.num_threads, pad, max_model_len=pc.max_model_len,
+                engine_options=pc.vllm) for _ in range(count)]
 
-        replicas = start_replicas(self.model_path, pc.engine, pc.num_replicas)
+        replicas = start_replicas(self.model_path, pc.engine, pc.num_replicas, pc.num_gpus_per_replica)
         limits = RolloutLimits(max_turns=ec.max_turns, max_new_tokens=pc.max_new_tokens,
                                max_model_len=pc.max_model_len, max_response_len=pc.max_response_len,
                                temperature=pc.temperature, top_p=pc.top_p,
@@ -166,12 +191,13 @@ class GRPOMultiTurn:
         ray.get([r.get_version.remote() for r in replicas])  # fail fast if a replica cannot start
         return replicas, runners
 
-    def fit(self, on_result: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    def fit(self, on_result: Callable[[dict[str, Any]], None] | None = None,
+            tracker: MLflowTracker | None = None) -> list[dict[str, Any]]:
         """Train for `training.iterations`; returns one result per iteration (SFT steps are passed to
-        `on_result` only)."""
+        `on_result` only). `tracker` defaults to a new MLflow run of this config."""
         config = self.config
-        tracker = MLflowTracker(config)
-        results_queue = Queue()
+        tracker = tracker or MLflowTracker(config)
+        results_queue = Queue(actor_options={"num_cpus": 0})  # must fit a Tune trial's bundles
         lc = config.learners
         trainer = TorchTrainer(
             train_loop_per_worker,
@@ -228,6 +254,10 @@ class GRPOMultiTurn:
 
     def stop(self) -> None:
         """Release actors (and the local Ray this Algorithm started)."""
+        try:  # engines with processes of their own (vllm) stop them before their actor goes
+            ray.get([r.shutdown.remote() for r in [*self.replicas, *self.user_replicas]], timeout=60)
+        except Exception:  # noqa: BLE001 - a dead replica has nothing left to stop
+            log.warning("a policy replica did not shut down cleanly", exc_info=True)
         for actor in [*self.runners, *self.replicas, *self.user_replicas]:
             ray.kill(actor)
         if self._owns_ray:

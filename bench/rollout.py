@@ -1,0 +1,259 @@
+"""Rollout throughput against the raw engine, a naive transformers loop, weight sync and the learner.
+
+In one process run, on the same model and the same episodes:
+
+  (a) raw engine: the same number of sequences and sampled tokens as rollout (b), fixed lengths (no stop
+      tokens), all submitted at once to the same vLLM replica: the engine's ceiling for that work;
+  (b) userrl rollout: EnvRunner actors play multi-turn episodes of a gym with the scripted user against
+      PolicyReplica actors (`--engine vllm` or `hf`), as a training iteration does (RolloutCoordinator.play);
+  (c) naive loop: one episode at a time, each turn one transformers `generate` call (a subset of the
+      episodes, reported per token);
+
+then the seconds to push the learner's state dict into the replica in place (as after every update),
+and the learner's tokens/s on (b)'s trajectories (userrl.learner.Learner, one gloo process).
+
+    .venv/bin/python bench/rollout.py --engine vllm --tasks 8 --group 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import statistics
+import time
+from collections import Counter
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _parse(item: str) -> tuple[str, object]:
+    """`key=value` with a YAML value (numbers, booleans)."""
+    import yaml
+
+    key, _, value = item.partition("=")
+    return key, yaml.safe_load(value)
+
+
+def _config(args: argparse.Namespace):
+    from userrl.algorithm import GRPOMultiTurnConfig
+
+    vllm = {"enforce_eager": args.eager, **dict(_parse(item) for item in args.vllm)}
+    return (GRPOMultiTurnConfig()
+            .experiment(name="bench", seed=0)
+            .environment(gyms=[{"name": args.gym, "difficulty": [0]}], protocol="bracket",
+                         max_turns=args.max_turns, max_steps=args.max_turns)
+            .policy(model=args.model, engine=args.engine, dtype=args.dtype, max_new_tokens=args.max_new_tokens,
+                    max_model_len=2048, max_batch_size=64, vllm=vllm)
+            .training(batch_size=args.tasks, group_size=args.group, micro_batch_tokens=4096)
+            .learners(num_learners=1)
+            .to_config())
+
+
+def _start(config, model_path: str, runners: int):
+    import ray
+    from transformers import AutoTokenizer
+
+    from userrl.actors.env_runner import EnvRunner
+    from userrl.actors.policy_replica import PolicyReplica
+    from userrl.rollout import RolloutLimits
+
+    pc, ec = config.policy, config.env
+    pad = AutoTokenizer.from_pretrained(model_path).pad_token_id
+    replica = ray.remote(PolicyReplica).options(num_cpus=1, max_concurrency=4096).remote(
+        model_path, pc.engine, pc.dtype, pc.max_batch_size, None, pad, max_model_len=pc.max_model_len,
+        engine_options=pc.vllm)
+    limits = RolloutLimits(max_turns=ec.max_turns, max_new_tokens=pc.max_new_tokens, max_model_len=pc.max_model_len,
+                           temperature=pc.temperature)
+    env_kwargs = {spec.name: {"max_steps": ec.max_steps} for spec in ec.gyms}
+    actors = [ray.remote(EnvRunner).options(num_cpus=0.25, max_concurrency=64).remote(
+        model_path, ec.protocol, limits, [replica], env_kwargs) for _ in range(runners)]
+    ray.get(replica.get_version.remote())
+    return replica, actors
+
+
+def rollout(coordinator, iteration: int):
+    """(b): one iteration's episodes through the env runners; returns trajectories and seconds."""
+    from userrl.coordinator import episode_specs
+
+    tc = coordinator.config.training
+    specs = episode_specs(coordinator.train_tasks.sample(tc.batch_size, iteration), tc.group_size, f"b{iteration}")
+    start = time.perf_counter()
+    trajectories = coordinator.play(specs, seed=iteration)
+    return trajectories, time.perf_counter() - start
+
+
+def raw_engine(replica, trajectories) -> tuple[int, float]:
+    """(a): one sequence per episode from its first prompt, exactly as many sampled tokens, all at once."""
+    import ray
+
+    from userrl.engines.base import GenerationRequest
+
+    requests = [GenerationRequest(t.input_ids[: t.prompt_len], t.num_sampled, temperature=1.0, seed=i)
+                for i, t in enumerate(trajectories) if t.num_sampled]
+    start = time.perf_counter()
+    outputs = ray.get([replica.generate.remote(r) for r in requests])
+    seconds = time.perf_counter() - start
+    assert [len(o.token_ids) for o in outputs] == [r.max_new_tokens for r in requests]
+    return sum(len(o.token_ids) for o in outputs), seconds
+
+
+def naive_loop(config, model_path: str, episodes: int) -> tuple[int, float, int]:
+    """(c): episodes one after another, each turn a transformers `generate` call."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from userrl.chat import ChatFormat
+    from userrl.coordinator import TaskMixture
+    from userrl.engines.base import GenerationOutput
+    from userrl.envs import make_env
+    from userrl.rollout import RolloutLimits, run_episode
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, config.policy.dtype)).eval()
+    chat = ChatFormat(tokenizer, config.env.protocol)
+    pc, ec = config.policy, config.env
+    limits = RolloutLimits(max_turns=ec.max_turns, max_new_tokens=pc.max_new_tokens, max_model_len=pc.max_model_len,
+                           temperature=pc.temperature)
+
+    async def generate(request):
+        torch.manual_seed(request.seed)
+        prompt = torch.tensor([request.prompt_ids])
+        with torch.inference_mode():
+            out = model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=True,
+                                 temperature=request.temperature, top_p=request.top_p, top_k=0,
+                                 max_new_tokens=request.max_new_tokens, eos_token_id=request.stop_token_ids,
+                                 pad_token_id=tokenizer.pad_token_id, output_scores=True, return_dict_in_generate=True)
+            scores = model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)
+        ids = out.sequences[0, prompt.shape[1]:].tolist()
+        stop = bool(ids) and ids[-1] in request.stop_token_ids
+        return GenerationOutput(ids, scores[0].tolist(), "stop" if stop else "length")
+
+    tasks = TaskMixture(config).sample(episodes, 0)
+    sampled, start = 0, time.perf_counter()
+    for i, task in enumerate(tasks):
+        env = make_env(task.gym, task, max_steps=ec.max_steps)
+        traj = asyncio.run(run_episode(env, task, chat, generate, limits, uid=f"c{i}", group_id=f"c{i}"))
+        sampled += traj.num_sampled
+    return sampled, time.perf_counter() - start, len(tasks)
+
+
+def weight_sync(replica, state_dict: dict, repeats: int = 3) -> list[float]:
+    """Seconds for learner state dict -> object store -> replica weights swapped in place (+ version)."""
+    import ray
+
+    seconds = []
+    for version in range(1, repeats + 1):
+        start = time.perf_counter()
+        ray.get(replica.load_weights.remote(ray.put(state_dict), version))
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def learner_throughput(config, model_path: str, trajectories) -> tuple[dict, float, dict]:
+    """One GRPO update of the trajectories with userrl's Learner in a one-process gloo group."""
+    import torch.distributed as dist
+    from transformers import AutoTokenizer
+
+    from userrl.learner import Learner
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    learner = Learner(model_path, config, AutoTokenizer.from_pretrained(model_path).pad_token_id)
+    advantages, _ = learner.compute_advantages(trajectories)
+    start = time.perf_counter()
+    metrics = learner.update(trajectories, advantages)
+    seconds = time.perf_counter() - start
+    return metrics, seconds, learner.full_state_dict()
+
+
+def _measure(args: argparse.Namespace, config, model_path: str, replica, runners):
+    """Runs (b), (a), (c), the learner update and the weight sync; None after (a) with --rollout-only."""
+    import ray
+
+    from userrl.coordinator import RolloutCoordinator
+
+    coordinator = RolloutCoordinator(config, runners, [replica])
+    rollout(coordinator, 100)  # warm-up: first requests, compiled shapes, env imports
+    trajectories, b_s = rollout(coordinator, 1)
+    b_tokens = sum(t.num_sampled for t in trajectories)
+    turns = statistics.mean(len(t.turns) for t in trajectories)
+    stops = Counter(t.stop_reason for t in trajectories)
+    print(f"(b) rollout: {b_tokens} tokens in {b_s:.2f} s, {turns:.2f} turns/episode, stops {dict(stops)}", flush=True)
+    stats = ray.get(replica.get_stats.remote())
+    a_tokens, a_s = raw_engine(replica, trajectories)
+    print(f"(a) raw engine: {a_tokens} tokens in {a_s:.2f} s; b/a = {b_tokens / b_s / (a_tokens / a_s):.2f}",
+          flush=True)
+    print(f"replica stats after (b): {stats}", flush=True)
+    if args.rollout_only:
+        return None
+    naive = naive_loop(config, model_path, args.naive_episodes)
+    metrics, learn_s, state_dict = learner_throughput(config, model_path, trajectories)
+    sync = weight_sync(replica, state_dict)
+    return trajectories, turns, stops, stats, (a_tokens, a_s), (b_tokens, b_s), naive, (metrics, learn_s), sync
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engine", default="vllm", choices=["vllm", "hf"])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--gym", default="function")
+    parser.add_argument("--tasks", type=int, default=8)
+    parser.add_argument("--group", type=int, default=4)
+    parser.add_argument("--max-turns", type=int, default=3)
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--runners", type=int, default=2)
+    parser.add_argument("--naive-episodes", type=int, default=4)
+    parser.add_argument("--eager", action="store_true", help="vllm: no torch.compile (faster start)")
+    parser.add_argument("--vllm", nargs="*", default=[], metavar="KEY=VALUE", help="policy.vllm settings")
+    parser.add_argument("--rollout-only", action="store_true", help="skip (c), the learner and the weight sync")
+    args = parser.parse_args()
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    import ray
+
+    from userrl.models import resolve_model
+
+    config = _config(args)
+    model_path = resolve_model(args.model)
+    ray.init(num_cpus=4, logging_config=ray.LoggingConfig(encoding="TEXT", log_level="WARNING"))
+    start = time.perf_counter()
+    replica, runners = _start(config, model_path, args.runners)
+    print(f"replica ({args.engine}) and {args.runners} env runners up in {time.perf_counter() - start:.1f} s")
+    try:
+        measured = _measure(args, config, model_path, replica, runners)
+    finally:
+        ray.get(replica.shutdown.remote())  # the vLLM engine's own processes
+        for actor in [replica, *runners]:
+            ray.kill(actor)
+        ray.shutdown()
+    if measured is None:
+        return
+    trajectories, turns, stops, stats, (a_tokens, a_s), (b_tokens, b_s), (c_tokens, c_s, c_episodes), \
+        (metrics, learn_s), sync = measured
+
+    a, b, c = a_tokens / a_s, b_tokens / b_s, c_tokens / c_s
+    print(f"\nmodel {args.model} ({args.dtype}), engine {args.engine}, gym {args.gym} (bracket, scripted user), "
+          f"{len(trajectories)} episodes = {args.tasks} tasks x {args.group}, {turns:.2f} turns/episode "
+          f"(stops: {dict(stops)}), "
+          f"max {args.max_new_tokens} new tokens/turn, {os.cpu_count()} cores\n")
+    print("| run | episodes | sampled tokens | seconds | tokens/s |")
+    print("|---|---|---|---|---|")
+    print(f"| (a) raw engine, fixed lengths | {len(trajectories)} | {a_tokens} | {a_s:.2f} | {a:.1f} |")
+    print(f"| (b) userrl rollout | {len(trajectories)} | {b_tokens} | {b_s:.2f} | {b:.1f} |")
+    print(f"| (c) naive transformers loop | {c_episodes} | {c_tokens} | {c_s:.2f} | {c:.1f} |")
+    print(f"\nb/a = {b / a:.2f}   b/c = {b / c:.1f}   replica stats: {stats}")
+    print(f"weight sync (state dict -> replica, in place): {', '.join(f'{s:.2f}' for s in sync)} s "
+          f"(median {statistics.median(sync):.2f})")
+    print(f"learner (1 process, float32, one GRPO update): {metrics['processed_tokens']:.0f} processed tokens "
+          f"in {learn_s:.2f} s = {metrics['processed_tokens'] / learn_s:.0f} tokens/s "
+          f"({metrics['trained_tokens']:.0f} trained tokens)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+"""Load on the OpenAI-compatible endpoint: N concurrent clients for a bounded time, loopback only.
+
+Starts the Serve app on a free loopback port (or uses --url, which must be a loopback address), runs
+`--clients` asyncio clients of the official `openai` package, each sending chat completions back to
+back for `--duration` seconds, and prints throughput, latency percentiles and the error count (exit
+status 1 when any request failed).
+
+    .venv/bin/python bench/serve_load.py --model tiny-random --clients 8 --duration 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import sys
+import time
+from urllib.parse import urlparse
+
+import numpy as np
+
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+PROMPTS = ["Say hello.", "What is 2 + 3?", "Name a colour.", "Give me one word that rhymes with cat.",
+           "Ask me a clarifying question about my trip.", "Summarize: the cat sat on the mat."]
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback interface."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def client_loop(client, model: str, index: int, deadline: float, max_tokens: int,
+                      results: list[tuple[float, int]], errors: list[str]) -> None:
+    """One client: requests back to back until the deadline."""
+    n = 0
+    while time.perf_counter() < deadline:
+        start = time.perf_counter()
+        try:
+            reply = await client.chat.completions.create(
+                model=model, max_tokens=max_tokens, temperature=0.7, seed=index * 100_000 + n,
+                messages=[{"role": "user", "content": PROMPTS[(index + n) % len(PROMPTS)]}])
+            results.append((time.perf_counter() - start, reply.usage.completion_tokens))
+        except Exception as error:  # noqa: BLE001 - every failure is counted and reported
+            errors.append(f"{type(error).__name__}: {error}")
+        n += 1
+
+
+async def run_load(url: str, model: str, clients: int, duration: float, max_tokens: int) -> dict[str, float]:
+    """Drive the endpoint and summarize."""
+    import openai
+
+    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=os.environ.get("USERRL_API_KEY", "none"),
+                                max_retries=0, timeout=300)
+    results: list[tuple[float, int]] = []
+    errors: list[str] = []
+    began = time.perf_counter()
+    await asyncio.gather(*(client_loop(client, model, i, began + duration, max_tokens, results, errors)
+                           for i in range(clients)))
+    wall = time.perf_counter() - began
+    latencies = np.array([r[0] for r in results]) if results else np.array([float("nan")])
+    for message in sorted(set(errors))[:5]:
+        print("error:", message, file=sys.stderr)
+    return {"clients": clients, "requests": len(results), "errors": len(errors), "wall_s": wall,
+            "req_per_s": len(results) / wall, "tok_per_s": sum(r[1] for r in results) / wall,
+            "p50_s": float(np.percentile(latencies, 50)), "p90_s": float(np.percentile(latencies, 90)),
+            "p99_s": float(np.percentile(latencies, 99))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Start the app (or use --url), run the load, print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="tiny-random", help="model name or folder to serve")
+    parser.add_argument("--url", help="an already running endpoint (loopback only), e.g. http://127.0.0.1:8000")
+    parser.add_argument("--model-name", help="model id to request with --url (default: GET /v1/models)")
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--duration", type=float, default=30.0, help="seconds of load")
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--replicas", type=int, default=1)
+    parser.add_argument("--max-batch-size", type=int, default=16)
+    parser.add_argument("--dtype", default="float32")
+    args = parser.parse_args(argv)
+
+    if args.url:
+        host = urlparse(args.url).hostname
+        if host not in LOOPBACK:
+            parser.error(f"--url must be a loopback address ({', '.join(sorted(LOOPBACK))}), not {host!r}")
+        url = args.url.rstrip("/")
+        import openai
+
+        model = args.model_name or openai.OpenAI(base_url=f"{url}/v1", api_key=os.environ.get(
+            "USERRL_API_KEY", "none")).models.list().data[0].id
+        summary = asyncio.run(run_load(url, model, args.clients, args.duration, args.max_tokens))
+    else:
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        import ray
+        from ray import serve
+
+        from userrl.serving.app import start
+        from userrl.serving.config import ServeConfig
+
+        ray.init(num_cpus=max(4, os.cpu_count() or 1), logging_config=ray.LoggingConfig(log_level="ERROR"))
+        config = ServeConfig(model=args.model, model_name="bench", port=free_port(), num_replicas=args.replicas,
+                             max_batch_size=args.max_batch_size, dtype=args.dtype,
+                             num_cpus_per_replica=1, play={"enabled": False})
+        try:
+            url = start(config)
+            # One request first so that engine warm-up is not counted.
+            asyncio.run(run_load(url, "bench", 1, 0.01, args.max_tokens))
+            summary = asyncio.run(run_load(url, "bench", args.clients, args.duration, args.max_tokens))
+        finally:
+            serve.shutdown()
+            ray.shutdown()
+        model = args.model
+
+    print(f"\nmodel {model}, {args.clients} clients, {args.duration:.0f} s, max_tokens {args.max_tokens}\n")
+    print("| clients | requests | errors | req/s | completion tok/s | p50 s | p90 s | p99 s |")
+    print("|---|---|---|---|---|---|---|---|")
+    s = summary
+    print(f"| {s['clients']} | {s['requests']} | {s['errors']} | {s['req_per_s']:.2f} | {s['tok_per_s']:.1f} | "
+          f"{s['p50_s']:.2f} | {s['p90_s']:.2f} | {s['p99_s']:.2f} |")
+    return 1 if s["errors"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,275 @@
+"""The Ray Serve application: an OpenAI-compatible gateway (FastAPI ingress) in front of model replicas.
+
+Two deployments:
+- `model`: `PolicyReplica` (the same class the trainer uses), one engine per replica, batching the
+  requests that arrive together; replicas or autoscaling come from the serving config.
+- `gateway`: the HTTP ingress. Parses and validates requests, checks the API key, renders prompts with
+  the tokenizer, calls `model`, parses tool calls, streams SSE, and hosts the /play page and its
+  episodes (one replica, since episodes live in its memory).
+
+`build_app(config)` returns the bound application; `cli_serve` runs it; `app_builder` lets Ray's own
+CLI run it: `serve run userrl.serving.app:app_builder config=serving/default.yaml`.
+"""
+
+
+import argparse
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from ray import serve
+from rich.console import Console
+
+from userrl.actors.policy_replica import PolicyReplica
+from userrl.config import ConfigError
+from userrl.serving import protocol
+from userrl.serving.chat_engine import ChatEngine
+from userrl.serving.config import ServeConfig, load_serve_config
+from userrl.serving.protocol import APIError
+
+log = logging.getLogger(__name__)
+fastapi_app = FastAPI(title="userrl", docs_url=None, redoc_url=None)
+
+
+def _error(error: APIError) -> JSONResponse:
+    return JSONResponse(error.body(), status_code=error.status)
+
+
+def _sse(payload: dict[str, Any] | str) -> str:
+    return f"data: {payload if isinstance(payload, str) else json.dumps(payload)}\n\n"
+
+
+@serve.deployment(name="gateway", num_replicas=1, max_ongoing_requests=256, ray_actor_options={"num_cpus": 0.5})
+@serve.ingress(fastapi_app)
+class Gateway:
+    """HTTP ingress: OpenAI API, health, and the playground."""
+
+    def __init__(self, config: dict[str, Any], model_path: str, model_handle: Any, key_digest: str | None):
+        self.config = ServeConfig.model_validate(config)
+        self.model_name = self.config.model_name or Path(model_path).name
+        self.engine = ChatEngine(model_path, self.config.protocol, self.config.max_model_len,
+                                 self.config.default_max_tokens)
+        self.model = model_handle
+        self.key_digest = key_digest
+        self.created = int(time.time())
+        self.play = None
+        if self.config.play.enabled:
+            from userrl.serving.play.session import PlayManager
+
+            self.play = PlayManager(self.engine, self._generate, self.config.play, self.config.max_model_len)
+
+    # ---- helpers
+
+    def _check_key(self, request: Request) -> None:
+        if self.key_digest is None:
+            return
+        header = request.headers.get("authorization", "")
+        given = header[7:].strip() if header.lower().startswith("bearer ") else ""
+        if not given or not hmac.compare_digest(hashlib.sha256(given.encode()).hexdigest(), self.key_digest):
+            raise APIError(401, "missing or incorrect API key: send `Authorization: Bearer <key>` with the key "
+                           "held in the server's configured environment variable", code="invalid_api_key")
+
+    async def _generate(self, request):
+        return await self.model.generate.remote(request)
+
+    @staticmethod
+    async def _json(request: Request) -> Any:
+        raw = await request.body()
+        try:
+            return json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise APIError(400, f"the request body is not valid JSON ({error})", code="invalid_json") from None
+
+    # ---- OpenAI API
+
+    @fastapi_app.get("/health")
+    async def health(self) -> Response:
+        """200 when the model deployment answers, 503 otherwise."""
+        try:
+            version = await asyncio.wait_for(self.model.get_version.remote(), timeout=10)
+        except Exception as error:  # noqa: BLE001 - any failure of the model replica means unhealthy
+            return JSONResponse({"status": "unavailable", "error": type(error).__name__}, status_code=503)
+        return JSONResponse({"status": "ok", "model": self.model_name, "policy_version": version})
+
+    @fastapi_app.get("/v1/models")
+    async def models(self, request: Request) -> Response:
+        """The one served model."""
+        try:
+            self._check_key(request)
+        except APIError as error:
+            return _error(error)
+        return JSONResponse(protocol.model_list(self.model_name, self.created))
+
+    @fastapi_app.post("/v1/chat/completions")
+    async def chat_completions(self, request: Request) -> Response:
+        """Chat completion, non-streaming or SSE streaming, with OpenAI tools / tool_calls."""
+        try:
+            self._check_key(request)
+            body = protocol.parse_request(await self._json(request))
+            if body.model != self.model_name:
+                raise APIError(404, f"the model {body.model!r} does not exist; this server serves "
+                               f"{self.model_name!r} (GET /v1/models)", param="model", code="model_not_found")
+            prepared = self.engine.prepare(body)
+        except APIError as error:
+            return _error(error)
+        output = await self._generate(prepared.request)
+        reply = self.engine.reply(prepared, output)
+        prompt_tokens = len(prepared.request.prompt_ids)
+        id_ = protocol.completion_id()
+        if not body.stream:
+            return JSONResponse(protocol.chat_completion(id_, self.model_name, reply.content, reply.tool_calls,
+                                                         reply.finish_reason, prompt_tokens, reply.completion_tokens))
+        usage = body.stream_options is not None and body.stream_options.include_usage
+        return StreamingResponse(self._stream(id_, reply, output.token_ids, prompt_tokens, usage),
+                                 media_type="text/event-stream")
+
+    async def _stream(self, id_: str, reply, token_ids: list[int], prompt_tokens: int,
+                      usage: bool) -> AsyncIterator[str]:
+        # The engines return whole completions, so the chunks follow generation rather than overlap it;
+        # the wire format is the OpenAI one (role chunk, content deltas, finish chunk, [DONE]).
+        created = int(time.time())
+        yield _sse(protocol.chunk(id_, self.model_name, created, {"role": "assistant", "content": ""}))
+        if reply.tool_calls:
+            if reply.content:
+                yield _sse(protocol.chunk(id_, self.model_name, created, {"content": reply.content}))
+            calls = [{"index": i, **call} for i, call in enumerate(reply.tool_calls)]
+            yield _sse(protocol.chunk(id_, self.model_name, created, {"tool_calls": calls}))
+        else:
+            for piece in self.engine.text_deltas(token_ids, reply.text):
+                yield _sse(protocol.chunk(id_, self.model_name, created, {"content": piece}))
+        yield _sse(protocol.chunk(id_, self.model_name, created, {}, reply.finish_reason))
+        if usage:
+            yield _sse(protocol.chunk(id_, self.model_name, created, {}, usage={
+                "prompt_tokens": prompt_tokens, "completion_tokens": reply.completion_tokens,
+                "total_tokens": prompt_tokens + reply.completion_tokens}))
+        yield _sse("[DONE]")
+
+    # ---- playground
+
+    @fastapi_app.get("/play")
+    async def play_page(self) -> Response:
+        """The playground page."""
+        from userrl.serving.play.session import static_file
+
+        return static_file("index.html") if self.play else JSONResponse({"error": "play is disabled"}, 404)
+
+    @fastapi_app.get("/play/static/{name}")
+    async def play_static(self, name: str) -> Response:
+        """The page's script and style sheet."""
+        from userrl.serving.play.session import static_file
+
+        return static_file(name)
+
+    @fastapi_app.get("/play/api/gyms")
+    async def play_gyms(self, request: Request) -> Response:
+        """Gyms, splits and the served model."""
+        return await self._play_call(request, lambda _: self.play.gyms(self.model_name), body=False, auth=False)
+
+    @fastapi_app.post("/play/api/episodes")
+    async def play_start(self, request: Request) -> Response:
+        """Start an episode: {gym, split?, task_id?, seed?}."""
+        return await self._play_call(request, self.play.start)
+
+    @fastapi_app.post("/play/api/episodes/{episode_id}/step")
+    async def play_step(self, episode_id: str, request: Request) -> Response:
+        """Advance an episode by one turn: the model's ({"by": "agent"}) or a typed one ({"choice", "content"})."""
+        return await self._play_call(request, lambda body: self.play.step(episode_id, body))
+
+    async def _play_call(self, request: Request, handler, body: bool = True, auth: bool = True) -> Response:
+        if self.play is None:
+            return JSONResponse({"error": {"message": "play is disabled in the serving config"}}, 404)
+        try:
+            if auth:
+                self._check_key(request)
+            payload = await self._json(request) if body else None
+            result = handler(payload)
+            if asyncio.iscoroutine(result):
+                result = await result
+        except APIError as error:
+            return _error(error)
+        return JSONResponse(result)
+
+
+def model_deployment(config: ServeConfig, model_path: str, pad_token_id: int):
+    """The `model` deployment bound with the config's engine, replicas/autoscaling and resources."""
+    options: dict[str, Any] = {"name": "model", "max_ongoing_requests": config.max_ongoing_requests,
+                               "ray_actor_options": {"num_cpus": config.num_cpus_per_replica,
+                                                     "num_gpus": config.num_gpus_per_replica}}
+    if config.autoscaling is not None:
+        options["autoscaling_config"] = config.autoscaling.model_dump()
+    else:
+        options["num_replicas"] = config.num_replicas
+    deployment = serve.deployment(PolicyReplica).options(**options)
+    return deployment.bind(model_path, engine=config.engine, dtype=config.dtype,
+                           max_batch_size=config.max_batch_size, num_threads=config.num_threads,
+                           pad_token_id=pad_token_id, max_model_len=config.max_model_len,
+                           engine_options=config.engine_options or None)
+
+
+def api_key_digest(config: ServeConfig) -> str | None:
+    """SHA-256 of the API key read from the configured variable (the key itself never leaves this process)."""
+    if config.api_key_env is None:
+        return None
+    key = os.environ.get(config.api_key_env, "")
+    if not key:
+        raise ConfigError(f"api_key_env: the environment variable {config.api_key_env} is not set or empty; "
+                          "export it, or remove api_key_env to serve without a key")
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def build_app(config: ServeConfig):
+    """The bound Serve application (gateway -> model) for a serving config."""
+    from transformers import AutoTokenizer
+
+    from userrl.models import resolve_model
+
+    model_path = resolve_model(config.model)
+    pad = AutoTokenizer.from_pretrained(model_path).pad_token_id or 0
+    model = model_deployment(config, model_path, pad)
+    return Gateway.bind(config.model_dump(mode="json"), model_path, model, api_key_digest(config))
+
+
+def app_builder(args: dict[str, str]):
+    """Entry point for `serve run userrl.serving.app:app_builder config=FILE [model=DIR]`."""
+    return build_app(load_serve_config(args.get("config"), model=args.get("model")))
+
+
+def start(config: ServeConfig, *, blocking: bool = False) -> str:
+    """Start Serve's HTTP proxy on the config's host/port and deploy the app; returns the base URL."""
+    serve.start(http_options={"host": config.host, "port": config.port})
+    serve.run(build_app(config), name="userrl", route_prefix="/", blocking=blocking)
+    return f"http://{config.host}:{config.port}"
+
+
+def cli_serve(args: argparse.Namespace, console: Console) -> int:
+    """`userrl serve --model DIR | --config FILE [--host H --port P]`: serve until Ctrl-C."""
+    import ray
+
+    config = load_serve_config(args.config, getattr(args, "overrides", None), model=args.model, host=args.host,
+                               port=args.port)
+    if not ray.is_initialized():
+        ray.init(address=os.environ.get("RAY_ADDRESS"), logging_config=ray.LoggingConfig(log_level="WARNING"))
+    url = start(config)
+    console.print(f"[green]serving[/] {config.model} at {url}/v1 (OpenAI API), {url}/play (playground), "
+                  f"{url}/health;" + (" API key required;" if config.api_key_env else "") + " Ctrl-C stops")
+    # SIGTERM (and SIGINT, also where a shell started us in the background with it ignored) stop cleanly.
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        stop.wait()
+        console.print("stopping")
+    finally:
+        serve.shutdown()
+    return 0

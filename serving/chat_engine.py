@@ -1,0 +1,183 @@
+"""OpenAI messages + tools -> prompt token ids (the training rendering), and generated tokens -> reply.
+
+The prompt is rendered by the model's chat template with the userrl tools preamble (the same one
+`userrl export` writes), so `tools=[TOOL_SCHEMA]` gives exactly the tokens the policy saw in training
+(`tool_call` protocol). A `bracket` model gets the bracket instructions instead, and its `[choice]
+content` lines come back as `interact_with_env` tool calls.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from userrl.chat import (
+    BRACKET_INSTRUCTIONS,
+    TOOL_BLOCK,
+    TOOL_NAME,
+    ChatFormat,
+    parse_bracket,
+    tool_call_blocks,
+)
+from userrl.engines.base import GenerationOutput, GenerationRequest
+from userrl.export import USERRL_META, tool_chat_template
+from userrl.serving.protocol import APIError, ChatCompletionRequest
+
+# The tool_call protocol's block, as userrl.chat parses it (an unclosed block at the end still counts).
+
+
+def model_protocol(model_path: str, configured: str | None) -> str:
+    """The action protocol: configured, else the one recorded by `userrl export`, else tool_call."""
+    if configured:
+        return configured
+    from pathlib import Path
+
+    meta = Path(model_path) / USERRL_META
+    return json.loads(meta.read_text()).get("protocol", "tool_call") if meta.is_file() else "tool_call"
+
+
+@dataclass
+class Prepared:
+    """A validated request turned into engine input."""
+
+    request: GenerationRequest
+    tool_names: list[str] = field(default_factory=list)
+    stop: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Reply:
+    """The assistant message built from generated tokens."""
+
+    text: str
+    content: str | None
+    tool_calls: list[dict[str, Any]]
+    finish_reason: str
+    completion_tokens: int
+
+
+class ChatEngine:
+    """Tokenizer-side work of the endpoint: rendering, limits, decoding and tool-call parsing."""
+
+    def __init__(self, model_path: str, protocol: str | None = None, max_model_len: int = 2048,
+                 default_max_tokens: int = 256):
+        from transformers import AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.tokenizer.chat_template = tool_chat_template(self.tokenizer.chat_template)
+        self.protocol = model_protocol(model_path, protocol)
+        self.chat = ChatFormat(self.tokenizer, self.protocol)
+        self.max_model_len, self.default_max_tokens = max_model_len, default_max_tokens
+
+    # ---- request -> prompt ids
+
+    def _messages(self, request: ChatCompletionRequest, use_tools: bool) -> list[dict[str, Any]]:
+        messages = []
+        for i, m in enumerate(request.messages):
+            try:
+                text = m.text()
+            except ValueError as error:
+                raise APIError(400, f"messages[{i}].content: {error}", param=f"messages.{i}.content") from None
+            role = "system" if m.role == "developer" else m.role
+            if m.role == "assistant" and m.tool_calls and self.protocol == "bracket":
+                text = "\n".join([text] * bool(text) + [self._bracket_text(i, c.function.arguments)
+                                                        for c in m.tool_calls])
+                messages.append({"role": role, "content": text})
+            elif m.role == "assistant" and m.tool_calls:
+                messages.append({"role": role, "content": text, "tool_calls": [c.model_dump() for c in m.tool_calls]})
+            else:
+                messages.append({"role": role, "content": text})
+        if use_tools and self.protocol == "bracket":
+            if messages[0]["role"] == "system":
+                messages[0] = {"role": "system", "content": messages[0]["content"].rstrip() + "\n\n" +
+                               BRACKET_INSTRUCTIONS}
+            else:
+                messages.insert(0, {"role": "system", "content": BRACKET_INSTRUCTIONS})
+        return messages
+
+    def _bracket_text(self, index: int, arguments: str) -> str:
+        try:
+            args = json.loads(arguments)
+            return self.chat.render_action(str(args["choice"]), str(args["content"]))
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise APIError(400, f"messages[{index}].tool_calls: arguments must be a JSON object with 'choice' and "
+                           "'content' for this model's bracket protocol", param=f"messages.{index}.tool_calls") from None
+
+    def prompt_ids(self, request: ChatCompletionRequest) -> tuple[list[int], list[str]]:
+        """Token ids of the rendered prompt (ending with the assistant header) and the tool names in play."""
+        tools = [t.model_dump(exclude_none=True) for t in request.tools or []]
+        use_tools = bool(tools) and request.tool_choice != "none"
+        names = [t["function"]["name"] for t in tools] if use_tools else []
+        if use_tools and self.protocol == "bracket" and names != [TOOL_NAME]:
+            raise APIError(400, f"this model was trained with the bracket protocol: the only tool it can call is "
+                           f"{TOOL_NAME!r} (userrl.chat.TOOL_SCHEMA)", param="tools")
+        messages = self._messages(request, use_tools)
+        kwargs = {"tools": tools} if use_tools and self.protocol == "tool_call" else {}
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
+        return list(self.tokenizer.encode(text, add_special_tokens=False)), names
+
+    def prepare(self, request: ChatCompletionRequest) -> Prepared:
+        """Render and check the prompt against the context window; raises APIError (400) when it does not fit."""
+        ids, names = self.prompt_ids(request)
+        max_tokens = request.max_completion_tokens or request.max_tokens
+        room = self.max_model_len - len(ids)
+        if room < 1 or (max_tokens is not None and max_tokens > room):
+            asked = f" + max_tokens {max_tokens}" if max_tokens else ""
+            raise APIError(400, f"this model's maximum context length is {self.max_model_len} tokens; the prompt "
+                           f"has {len(ids)} tokens{asked}. Shorten the messages or lower max_tokens.",
+                           param="messages", code="context_length_exceeded")
+        generation = GenerationRequest(
+            prompt_ids=ids, max_new_tokens=min(max_tokens or self.default_max_tokens, room),
+            temperature=1.0 if request.temperature is None else request.temperature,
+            top_p=1.0 if request.top_p is None else request.top_p, seed=request.seed,
+            stop_token_ids=self.chat.stop_token_ids,
+        )
+        return Prepared(generation, names, list(request.stop or []))
+
+    # ---- generated ids -> reply
+
+    def reply(self, prepared: Prepared, output: GenerationOutput) -> Reply:
+        """Decode, apply stop strings, and turn tool-call blocks into OpenAI `tool_calls`."""
+        text = self.tokenizer.decode(output.token_ids, skip_special_tokens=True)
+        finish = output.finish_reason
+        cuts = [text.index(s) for s in prepared.stop if s in text]
+        if cuts:
+            text, finish = text[: min(cuts)], "stop"
+        content, calls = (text, []) if not prepared.tool_names else self.parse_tool_calls(text, prepared.tool_names)
+        if calls:
+            finish = "tool_calls"
+        return Reply(text, content, calls, finish, len(output.token_ids))
+
+    def parse_tool_calls(self, text: str, tool_names: list[str]) -> tuple[str | None, list[dict[str, Any]]]:
+        """(remaining content or None, OpenAI tool_calls) of one assistant message in this model's protocol."""
+        calls: list[tuple[str, dict[str, Any]]] = []
+        if self.protocol == "bracket":
+            parsed = parse_bracket(text)
+            calls = [(TOOL_NAME, {"choice": c, "content": body}) for c, body in parsed.calls]
+            first = text.find(f"[{parsed.calls[0][0]}]") if parsed.calls else len(text)
+            rest = text[:first]
+        else:
+            calls = tool_call_blocks(text, tool_names)
+            rest = TOOL_BLOCK.sub("", text) if calls else text
+        tool_calls = [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+                       "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}}
+                      for name, args in calls]
+        content = rest.strip() if calls else text
+        return (content or None) if calls else content, tool_calls
+
+    def text_deltas(self, token_ids: list[int], final_text: str) -> list[str]:
+        """Per-token pieces of `final_text` (they concatenate to it exactly) for streaming."""
+        pieces, emitted = [], 0
+        for i in range(1, len(token_ids) + 1):
+            partial = self.tokenizer.decode(token_ids[:i], skip_special_tokens=True)
+            if partial.endswith("\ufffd"):  # an incomplete UTF-8 sequence: wait for the next token
+                continue
+            end = min(len(partial), len(final_text))
+            if end > emitted and final_text.startswith(partial[:end]):
+                pieces.append(final_text[emitted:end])
+                emitted = end
+        if emitted < len(final_text):
+            pieces.append(final_text[emitted:])
+        return pieces

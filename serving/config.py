@@ -1,0 +1,99 @@
+"""Serving configuration: one YAML file (see serving/default.yaml) validated by pydantic."""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from userrl.config import ConfigError, apply_overrides
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AutoscalingSettings(_Section):
+    """Ray Serve autoscaling of the model deployment (replaces `num_replicas` when set)."""
+
+    min_replicas: int = Field(1, ge=0)
+    max_replicas: int = Field(2, ge=1)
+    target_ongoing_requests: float = Field(8.0, gt=0)
+
+
+class PlaySettings(_Section):
+    """The /play page: episodes on real gyms with the scripted simulated users."""
+
+    enabled: bool = True
+    max_turns: int = Field(8, ge=1, description="agent turns per episode before it is cut")
+    max_new_tokens: int = Field(64, ge=1, description="tokens per agent turn")
+    max_episodes: int = Field(64, ge=1, description="episodes kept in memory (oldest dropped first)")
+
+
+class ServeConfig(_Section):
+    """Everything `userrl serve` needs; every field has a default."""
+
+    model: str = Field("tiny-random", description="model folder (exported or checkpoint/model) or a model name")
+    model_name: str | None = Field(None, description="id in /v1/models and requests (default: the folder name)")
+    engine: str = Field("hf", description="inference engine, built by userrl.actors.policy_replica.build_engine")
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    engine_options: dict[str, Any] = Field(default_factory=dict, description="engine settings (vllm: as policy.vllm)")
+    protocol: Literal["tool_call", "bracket"] | None = Field(
+        None, description="action protocol the model was trained with (default: userrl.json of the folder, else tool_call)")
+    max_model_len: int = Field(2048, ge=16, description="prompt + completion tokens")
+    default_max_tokens: int = Field(256, ge=1, description="completion tokens when a request gives no max_tokens")
+    max_batch_size: int = Field(16, ge=1, description="requests decoded together by one replica")
+    num_threads: int | None = Field(None, ge=1, description="torch threads per replica (default: all cores)")
+    num_replicas: int = Field(1, ge=1, description="model replicas (ignored when autoscaling is set)")
+    autoscaling: AutoscalingSettings | None = None
+    num_cpus_per_replica: float = Field(1.0, ge=0)
+    num_gpus_per_replica: float = Field(0.0, ge=0, description="GPUs per model replica (vllm on a GPU: 1)")
+    max_ongoing_requests: int = Field(64, ge=1, description="requests one model replica accepts at once")
+    api_key_env: str | None = Field(None, description="name of the environment variable holding the API key; "
+                                    "when set, requests need `Authorization: Bearer <key>`")
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    play: PlaySettings = PlaySettings()
+
+    @model_validator(mode="after")
+    def _check(self) -> ServeConfig:
+        if self.default_max_tokens >= self.max_model_len:
+            raise ValueError(f"default_max_tokens ({self.default_max_tokens}) must be below max_model_len "
+                             f"({self.max_model_len})")
+        return self
+
+
+def _explain(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        loc = ".".join(str(part) for part in item["loc"])
+        if item["type"] == "extra_forbidden":
+            fields = list(ServeConfig.model_fields) + [f"play.{k}" for k in PlaySettings.model_fields] + [
+                f"autoscaling.{k}" for k in AutoscalingSettings.model_fields]
+            close = difflib.get_close_matches(loc, fields, n=1, cutoff=0.5)
+            lines.append(f"{loc}: unknown key" + (f"; did you mean '{close[0]}'?" if close else ""))
+        else:
+            lines.append(f"{loc or 'config'}: {item['msg']} (got {item.get('input')!r})")
+    return "invalid serving config:\n  " + "\n  ".join(lines)
+
+
+def load_serve_config(path: str | Path | None = None, overrides: list[str] | None = None,
+                      **values: Any) -> ServeConfig:
+    """Read a serving YAML (optional), apply dotted overrides and keyword values (None ones are skipped)."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"serving config {path} does not exist (see serving/default.yaml)")
+        data = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"serving config {path} must hold a mapping at the top level")
+    data = apply_overrides(data, list(overrides or []))
+    data.update({k: v for k, v in values.items() if v is not None})
+    try:
+        return ServeConfig.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(_explain(error)) from None

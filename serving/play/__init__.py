@@ -1,0 +1,1 @@
+"""The /play page: static files and the episode API behind them."""

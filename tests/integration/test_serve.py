@@ -1,0 +1,204 @@
+"""The Serve endpoint over real HTTP with the official `openai` client: chat, streaming, tool calls,
+models, health, the API key, and every 4xx case.
+
+The served model is the tiny random Llama with its output head fitted (least squares on its own final
+hidden states) so that greedy decoding writes known replies to two known prompts: a tool call and a
+plain sentence. Everything between the client and the tokens (gateway, rendering, model replica,
+decoding, tool-call parsing, SSE) is the real path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+import openai
+import pytest
+import requests
+import torch
+
+from userrl.chat import TOOL_SCHEMA
+from userrl.serving.chat_engine import ChatEngine
+from userrl.serving.protocol import parse_request
+
+pytestmark = pytest.mark.slow
+
+KEY_ENV = "USERRL_TEST_SERVE_KEY"
+KEY = "sk-test-7f3a9c1e5b"
+TOOL_MESSAGES = [{"role": "system", "content": "Play the game."},
+                 {"role": "user", "content": "What is f at the test input?"}]
+HELLO_MESSAGES = [{"role": "user", "content": "Say hello."}]
+HELLO = "Hello there! How can I help you today? ☕"
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback interface."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _prompt_ids(engine: ChatEngine, messages: list[dict], tools: list | None = None) -> list[int]:
+    body = {"model": "m", "messages": messages, **({"tools": tools} if tools else {})}
+    return engine.prompt_ids(parse_request(body))[0]
+
+
+def build_forced_model(base: str, out: Path) -> Path:
+    """The base model with an untied output head fitted so that greedy decoding of the two prompts gives
+    the tool call `answer 42` and HELLO (teacher-forced hidden states are the ones greedy decoding sees)."""
+    from transformers import AutoModelForCausalLM
+
+    engine = ChatEngine(base)
+    tok = engine.tokenizer
+    eos = tok.convert_tokens_to_ids(tok.eos_token)
+    pairs = [(_prompt_ids(engine, TOOL_MESSAGES, [TOOL_SCHEMA]),
+              tok.encode(engine.chat.render_action("answer", "42"), add_special_tokens=False) + [eos]),
+             (_prompt_ids(engine, HELLO_MESSAGES), tok.encode(HELLO, add_special_tokens=False) + [eos])]
+    model = AutoModelForCausalLM.from_pretrained(base)
+    features, targets = [], []
+    with torch.no_grad():
+        for prompt, target in pairs:
+            hidden = model.model(input_ids=torch.tensor([prompt + target])).last_hidden_state[0]
+            features.append(hidden[len(prompt) - 1: len(prompt) + len(target) - 1])
+            targets += target
+    vocab = sorted(set(targets))
+    scores = torch.zeros(len(targets), len(vocab), dtype=torch.float64)
+    for row, token in enumerate(targets):
+        scores[row, vocab.index(token)] = 10.0
+    head = torch.linalg.lstsq(torch.cat(features).double(), scores).solution
+    weight = torch.zeros_like(model.lm_head.weight)
+    weight[vocab] = head.T.float()
+    model.config.tie_word_embeddings = False
+    model.lm_head.weight = torch.nn.Parameter(weight)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def server(ray_local, tiny_model, tmp_path_factory):
+    """The app (with an API key) on a free loopback port; yields the base URL."""
+    from ray import serve
+
+    from userrl.serving.app import build_app
+    from userrl.serving.config import ServeConfig
+
+    folder = build_forced_model(tiny_model, tmp_path_factory.mktemp("forced") / "forced-tiny")
+    os.environ[KEY_ENV] = KEY
+    port = free_port()
+    config = ServeConfig(model=str(folder), model_name="forced-tiny", max_model_len=1024, default_max_tokens=48,
+                         num_threads=1, num_cpus_per_replica=0.5, api_key_env=KEY_ENV, port=port,
+                         play={"enabled": False})
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    serve.run(build_app(config), name="userrl-test", route_prefix="/")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        serve.shutdown()
+        os.environ.pop(KEY_ENV, None)
+
+
+@pytest.fixture(scope="module")
+def client(server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server}/v1", api_key=KEY, max_retries=0, timeout=60)
+
+
+def test_health_and_models(server, client):
+    health = requests.get(f"{server}/health", timeout=30)
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+    assert [m.id for m in client.models.list()] == ["forced-tiny"]
+
+
+def test_chat_and_streaming_give_the_same_greedy_text(client, tokenizer):
+    reply = client.chat.completions.create(model="forced-tiny", messages=HELLO_MESSAGES, temperature=0)
+    choice = reply.choices[0]
+    assert choice.message.content == HELLO and choice.finish_reason == "stop"
+    assert reply.usage.completion_tokens == len(tokenizer.encode(HELLO, add_special_tokens=False)) + 1  # + <|im_end|>
+    stream = client.chat.completions.create(model="forced-tiny", messages=HELLO_MESSAGES, temperature=0,
+                                            stream=True, stream_options={"include_usage": True})
+    chunks = list(stream)
+    pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert len(pieces) > 3  # really per-token deltas, not one blob
+    assert "".join(pieces) == HELLO
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    assert chunks[-1].usage.completion_tokens == reply.usage.completion_tokens
+    assert chunks[-1].usage.prompt_tokens == reply.usage.prompt_tokens
+
+
+def test_tool_call_comes_back_in_openai_format(client):
+    reply = client.chat.completions.create(model="forced-tiny", messages=TOOL_MESSAGES, tools=[TOOL_SCHEMA],
+                                           temperature=0)
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    (call,) = choice.message.tool_calls
+    assert call.type == "function" and call.function.name == "interact_with_env"
+    assert json.loads(call.function.arguments) == {"choice": "answer", "content": "42"}
+
+    stream = list(client.chat.completions.create(model="forced-tiny", messages=TOOL_MESSAGES, tools=[TOOL_SCHEMA],
+                                                 temperature=0, stream=True))
+    deltas = [c.choices[0].delta.tool_calls for c in stream if c.choices and c.choices[0].delta.tool_calls]
+    assert json.loads(deltas[0][0].function.arguments) == {"choice": "answer", "content": "42"}
+    assert stream[-1].choices[0].finish_reason == "tool_calls"
+
+    # The conversation continues: the call and the tool's answer go back in, rendered by the template.
+    follow = client.chat.completions.create(
+        model="forced-tiny", temperature=0, max_tokens=4, tools=[TOOL_SCHEMA],
+        messages=[*TOOL_MESSAGES, choice.message.model_dump(exclude_none=True),
+                  {"role": "tool", "tool_call_id": call.id, "content": "Correct!"}])
+    assert follow.usage.prompt_tokens > reply.usage.prompt_tokens + 20
+    # tool_choice none: no tool text in the prompt, no parsing.
+    plain = client.chat.completions.create(model="forced-tiny", messages=TOOL_MESSAGES, tools=[TOOL_SCHEMA],
+                                           tool_choice="none", temperature=0, max_tokens=4)
+    assert plain.choices[0].message.tool_calls is None
+    assert plain.usage.prompt_tokens < reply.usage.prompt_tokens - 100
+
+
+def test_api_key_required_and_never_logged(server):
+    for key in ("wrong-key", None):
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        response = requests.post(f"{server}/v1/chat/completions", headers=headers, timeout=30,
+                                 json={"model": "forced-tiny", "messages": HELLO_MESSAGES})
+        assert response.status_code == 401
+        assert response.json()["error"]["code"] == "invalid_api_key"
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=f"{server}/v1", api_key="wrong", max_retries=0).models.list()
+    import ray
+
+    logs = Path(ray._private.worker.global_worker.node.get_session_dir_path()) / "logs"
+    leaked = [p.name for p in logs.rglob("*") if p.is_file() and KEY.encode() in p.read_bytes()]
+    assert leaked == []
+
+
+@pytest.mark.parametrize(("change", "status", "param"), [
+    ({"temperature": -0.5}, 400, "temperature"),
+    ({"n": 2}, 400, "n"),
+    ({"max_tokens": 0}, 400, "max_tokens"),
+    ({"top_p": 0}, 400, "top_p"),
+    ({"model": "gpt-4"}, 404, "model"),
+    ({"messages": []}, 400, "messages"),
+    ({"messages": [{"role": "user", "content": "word " * 2000}]}, 400, "messages"),
+    ({"max_tokens": 5000}, 400, "messages"),
+    ({"tools": [{"type": "retrieval"}]}, 400, "tools.0.type"),
+    ({"tool_choice": "required", "tools": [TOOL_SCHEMA]}, 400, "tool_choice"),
+])
+def test_invalid_requests_get_openai_errors(server, change, status, param):
+    body = {"model": "forced-tiny", "messages": HELLO_MESSAGES, **change}
+    response = requests.post(f"{server}/v1/chat/completions", json=body, timeout=30,
+                             headers={"Authorization": f"Bearer {KEY}"})
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["param"] == param and error["message"] and error["type"] == "invalid_request_error"
+    if "max_tokens" in change and change["max_tokens"] == 5000 or "word" in json.dumps(change):
+        assert error["code"] == "context_length_exceeded" and "1024" in error["message"]
+
+
+def test_bad_json_and_openai_client_errors(server, client):
+    response = requests.post(f"{server}/v1/chat/completions", data=b"{not json", timeout=30,
+                             headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
+    assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_json"
+    with pytest.raises(openai.BadRequestError, match="temperature"):
+        client.chat.completions.create(model="forced-tiny", messages=HELLO_MESSAGES, temperature=-1)
+    with pytest.raises(openai.NotFoundError, match="forced-tiny"):
+        client.chat.completions.create(model="nope", messages=HELLO_MESSAGES)

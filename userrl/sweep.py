@@ -1,0 +1,489 @@
+"""`userrl sweep`: a Ray Tune grid of GRPO-multiturn runs (e.g. credit assignment), resumable.
+
+Every trial is a real training run: a Tune function trainable builds `GRPOMultiTurn` (its Ray Train
+learner group runs inside the trial, Train V2 inside Tune) and reports one Tune result per iteration.
+MLflow logging goes through our own `MLflowTracker` only (not Ray's MLflow callback): one run per
+trial, all in one experiment named after the sweep. A trial's run folder holds its userrl
+checkpoints; a trial restarted by `--resume` continues from the latest one.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from rich.console import Console
+from rich.table import Table
+
+from userrl.config import ConfigError, UserRLConfig, apply_overrides, parse_config
+
+RUN_ID_FILE = "mlflow_run_id"
+_DRIVER_CPU = 0.2  # the trial actor itself mostly waits on queues (Tune refuses 0 CPU)
+
+
+class TrialResources(BaseModel):
+    """Resources of one trial besides its learners (which Ray Train reserves from `learners.*`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    cpu: float | None = Field(None, gt=0, description="CPUs for the trial driver, policy replicas and env "
+                              "runners; null = what the base config asks for.")
+    gpu: float | None = Field(None, ge=0, description="GPUs for the trial's policy replicas; null = "
+                              "policy.num_replicas x policy.num_gpus_per_replica.")
+
+
+class TuneSettings(BaseModel):
+    """How Tune runs the grid and ranks the trials."""
+
+    model_config = ConfigDict(extra="forbid")
+    metric: str = Field("rollout/reward_mean", description="Result key that ranks the trials.")
+    mode: Literal["max", "min"] = "max"
+    scope: Literal["last", "avg", "all", "last-5-avg", "last-10-avg"] = Field(
+        "last", description="Which of a trial's results counts for the ranking (Tune's get_best_result scope).")
+    max_concurrent_trials: int = Field(1, ge=1)
+    num_samples: int = Field(1, ge=1, description="Repeats of the whole grid.")
+    max_failures: int = Field(0, ge=0, description="Automatic retries of a failed trial.")
+    resources_per_trial: TrialResources = Field(default_factory=TrialResources)
+
+
+class SweepSpec(BaseModel):
+    """A sweep file: the base config, the grid, Tune settings."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(description="Tune folder and MLflow experiment name.")
+    description: str = ""
+    base: str | None = Field(None, description="Base config YAML, relative to the sweep file.")
+    overrides: list[str] = Field(default_factory=list, description="Dotted overrides of the base config.")
+    grid: dict[str, list[Any]] = Field(description="Dotted config key -> values; every combination is a trial.")
+    tune: TuneSettings = Field(default_factory=TuneSettings)
+    storage_path: str | None = Field(None, description="Tune results folder; null = <output_dir>/sweeps.")
+
+    @field_validator("name")
+    @classmethod
+    def _folder_name(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", value):
+            raise ValueError("use letters, digits, '_', '-' or '.' (it names a folder and an MLflow experiment)")
+        return value
+
+    @field_validator("grid")
+    @classmethod
+    def _non_empty(cls, value: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        if not value:
+            raise ValueError("needs at least one key, e.g. training.turn_credit: [equalized, r2g, em]")
+        for key, values in value.items():
+            if not values:
+                raise ValueError(f"{key}: give at least one value")
+        return value
+
+
+@dataclass
+class Sweep:
+    """A validated sweep: the spec, the base config as data, and where things go."""
+
+    spec: SweepSpec
+    base: dict[str, Any]
+    config: UserRLConfig  # the base config with the first grid point, for paths and resources
+    source: Path
+
+    @property
+    def storage(self) -> Path:
+        """Tune's storage folder (the experiment lies in `storage / name`)."""
+        root = Path(self.spec.storage_path) if self.spec.storage_path else Path(self.config.experiment.output_dir) / "sweeps"
+        return root.resolve()
+
+    @property
+    def tune_dir(self) -> Path:
+        """The Tune experiment folder (what `Tuner.restore` reads)."""
+        return self.storage / self.spec.name
+
+    @property
+    def runs_root(self) -> Path:
+        """Parent of the trials' userrl run folders (checkpoints, artifacts)."""
+        return (Path(self.config.experiment.output_dir) / self.spec.name).resolve()
+
+
+def _set(data: dict[str, Any], dotted: str, value: Any) -> None:
+    node = data
+    *parents, leaf = dotted.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"grid key {dotted!r}: '{part}' is not a config section")
+    node[leaf] = value
+
+
+def _reason(error: ConfigError) -> str:
+    return str(error).removeprefix("invalid config:\n  ").replace("Value error, ", "")
+
+
+def load_sweep(path: str | Path, overrides: list[str] | None = None) -> Sweep:
+    """Read and validate a sweep file; every grid value is checked against the config schema."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"sweep file {path} does not exist")
+    raw = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"sweep file {path} must hold a mapping (name, base, grid, tune)")
+    try:
+        spec = SweepSpec.model_validate(raw)
+    except ValidationError as error:
+        lines = []
+        for item in error.errors():
+            loc = ".".join(str(p) for p in item["loc"])
+            if item["type"] == "extra_forbidden":
+                lines.append(f"{loc}: unknown key (valid here: "
+                             f"{', '.join(_fields_at(item['loc']))})")
+            else:
+                lines.append(f"{loc}: {item['msg'].replace('Value error, ', '')}")
+        raise ConfigError(f"invalid sweep file {path}:\n  " + "\n  ".join(lines)) from None
+
+    base: dict[str, Any] = {}
+    if spec.base:
+        base_path = (path.parent / spec.base)
+        if not base_path.is_file():
+            raise ConfigError(f"sweep file {path}: base {spec.base!r} does not exist (looked at {base_path})")
+        base = yaml.safe_load(base_path.read_text()) or {}
+    base = apply_overrides(base, [*spec.overrides, *(overrides or [])])
+    try:
+        parse_config(base)
+    except ConfigError as error:
+        raise ConfigError(f"sweep file {path}: base config: {_reason(error)}") from None
+    # Each value alone names the culprit; the whole product then catches bad combinations.
+    for key, values in spec.grid.items():
+        for value in values:
+            data = copy.deepcopy(base)
+            _set(data, key, value)
+            try:
+                parse_config(data)
+            except ConfigError as error:
+                raise ConfigError(f"sweep file {path}: grid.{key} = {value!r}: {_reason(error)}") from None
+    first = None
+    for point in grid_points(spec.grid):
+        try:
+            config = parse_config(trial_data(base, point))
+        except ConfigError as error:
+            raise ConfigError(f"sweep file {path}: grid point {point}: {_reason(error)}") from None
+        first = first or config
+    return Sweep(spec, base, first, path)
+
+
+def _fields_at(loc: tuple) -> list[str]:
+    model: type[BaseModel] = SweepSpec
+    for part in loc[:-1]:
+        annotation = model.model_fields[part].annotation if part in model.model_fields else None
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            model = annotation
+    return list(model.model_fields)
+
+
+def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """Every combination of the grid's values."""
+    return [dict(zip(grid, combo, strict=True)) for combo in itertools.product(*grid.values())]
+
+
+def trial_data(base: dict[str, Any], point: dict[str, Any]) -> dict[str, Any]:
+    """The base config with one grid point applied."""
+    data = copy.deepcopy(base)
+    for key, value in point.items():
+        _set(data, key, value)
+    return data
+
+
+def trial_label(point: dict[str, Any]) -> str:
+    """Readable trial name from its grid values (leaf key names unless two collide)."""
+    leaves = [key.rsplit(".", 1)[-1] for key in point]
+    names = [leaf if leaves.count(leaf) == 1 else key for key, leaf in zip(point, leaves, strict=True)]
+    return ",".join(f"{name}={value}" for name, value in zip(names, point.values(), strict=True))
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The newest complete userrl checkpoint of a run folder (a `*.tmp` one is half-written)."""
+    folder = run_dir / "checkpoints"
+    if not folder.is_dir():
+        return None
+    done = [p for p in folder.glob("iter_*") if p.is_dir() and not p.name.endswith(".tmp")
+            and (p / "meta.json").is_file()]
+    return max(done, key=lambda p: json.loads((p / "meta.json").read_text())["iteration"], default=None)
+
+
+def trial_cpus(config: UserRLConfig) -> float:
+    """CPUs a trial takes besides its learners: its driver, policy replicas, env runners, user replicas."""
+    users = config.env.local_user_replicas * config.policy.num_cpus_per_replica if config.env.backend == "local" else 0
+    total = (_DRIVER_CPU + config.policy.num_replicas * config.policy.num_cpus_per_replica
+             + config.env_runners.num_env_runners * config.env_runners.num_cpus_per_env_runner + users)
+    return _ray_units(total)
+
+
+def _ray_units(cpus: float) -> float:
+    """Round up to Ray's resource granularity (1e-4): 0.2 + 0.5 + 0.1 - 0.2 is 0.5999..., and Ray would
+    truncate that bundle below the 0.6 its actors need, leaving one pending forever."""
+    return math.ceil(round(cpus * 10_000, 6)) / 10_000
+
+
+def _short_error(error: BaseException | None) -> str:
+    if error is None:
+        return ""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    for line in reversed(lines):  # the innermost exception line of a Ray/Tune traceback
+        if re.match(r"^[A-Za-z_.]*(Error|Exception)\b", line):
+            return line[:300]
+    return (lines[-1] if lines else type(error).__name__)[:300]
+
+
+# --- the trainable (runs in a Tune trial actor) ---------------------------------------------------
+
+def run_trial(trial: dict[str, Any], setup: dict[str, Any]) -> None:
+    """Tune function trainable: one GRPO-multiturn run with this trial's grid values.
+
+    `trial` is Tune's config (just the grid point); `setup` is the sweep's saved `sweep.json` (base
+    config, run folders, MLflow store), kept out of the param space so Tune's tables stay readable.
+    """
+    from ray import tune
+
+    from userrl.algorithm import GRPOMultiTurn
+    from userrl.tracking import MLflowTracker
+
+    context = tune.get_context()
+    trial_id, point = context.get_trial_id(), trial["grid"]
+    label = trial_label(point)
+    data = trial_data(setup["base"], point)
+    _set(data, "experiment.name", trial_id)
+    _set(data, "experiment.output_dir", setup["runs_root"])
+    _set(data, "tracking.experiment", setup["sweep"])
+    _set(data, "tracking.mlflow_uri", setup["mlflow_uri"])
+    config = parse_config(data)
+    run_dir = config.run_dir
+    resume = latest_checkpoint(run_dir)
+    if resume is not None:
+        config.checkpointing.resume_from = str(resume)
+    run_id_file = run_dir / RUN_ID_FILE
+    run_id = run_id_file.read_text().strip() if run_id_file.is_file() else None
+
+    algo = GRPOMultiTurn(config)
+    try:
+        tags = {"sweep": setup["sweep"], "sweep.trial_id": trial_id, "sweep.label": label,
+                **{f"sweep.{key}": str(value) for key, value in point.items()}}
+        tracker = MLflowTracker(config, run_name=label, tags=tags, run_id=run_id)
+        if run_id is None:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            tmp = run_id_file.with_suffix(".tmp")
+            tmp.write_text(tracker.run_id)
+            tmp.replace(run_id_file)
+        if resume is not None:
+            print(f"[{label}] resuming from {resume}")
+
+        def report(result: dict[str, Any]) -> None:
+            if result["phase"] != "rl":
+                return
+            metrics = {k: v for k, v in result.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+            print(f"[{label}] iter {result['iteration']}  reward {result['rollout/reward_mean']:.3f}  "
+                  f"success {result['rollout/success_rate']:.2f}  valid {result['rollout/valid_action_rate']:.2f}")
+            tune.report({**metrics, "mlflow_run_id": tracker.run_id, "run_dir": str(run_dir),
+                         "checkpoint": result.get("checkpoint") or ""})
+
+        algo.fit(on_result=report, tracker=tracker)
+    finally:
+        algo.stop()
+
+
+# --- the driver -------------------------------------------------------------------------------------
+
+def _init_ray(sweep: Sweep) -> None:
+    import ray
+
+    from userrl.algorithm import check_ray_address
+
+    if ray.is_initialized():
+        return
+    config = sweep.config
+    runtime_env = {"env_vars": {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "TOKENIZERS_PARALLELISM": "false"}}
+    address = config.ray.address or os.environ.get("RAY_ADDRESS")
+    quiet = ray.LoggingConfig(encoding="TEXT", log_level="WARNING")
+    if address:
+        check_ray_address(address)
+        ray.init(address=address, logging_config=quiet, runtime_env=runtime_env)
+        return
+    per_trial = trial_cpus(config) + config.learners.num_learners * config.learners.num_cpus_per_learner
+    needed = math.ceil(per_trial * min(sweep.spec.tune.max_concurrent_trials, len(grid_points(sweep.spec.grid))))
+    ray.init(num_cpus=config.ray.num_cpus or max(os.cpu_count() or 1, needed + 1), logging_config=quiet,
+             runtime_env=runtime_env)
+
+
+def _resources(sweep: Sweep) -> Any:
+    """The trial's placement group: the trial actor, then the actors it starts (captured in the group).
+
+    The learners are a Ray Train worker group with a placement group of their own (`learners.*`).
+    """
+    from ray import tune
+
+    resources = sweep.spec.tune.resources_per_trial
+    needed = trial_cpus(sweep.config)
+    cpu = resources.cpu if resources.cpu is not None else needed
+    if cpu < needed - 1e-9:
+        raise ConfigError(f"tune.resources_per_trial.cpu={cpu} is less than the trial's driver, replicas and env "
+                          f"runners take ({needed:g}); raise it or leave it null")
+    rest: dict[str, float] = {"CPU": _ray_units(cpu - _DRIVER_CPU)}
+    policy = sweep.config.policy
+    gpu_needed = policy.num_replicas * getattr(policy, "num_gpus_per_replica", 0)
+    gpu = resources.gpu if resources.gpu is not None else gpu_needed
+    if gpu < gpu_needed - 1e-9:
+        raise ConfigError(f"tune.resources_per_trial.gpu={gpu} is less than the policy replicas take "
+                          f"({gpu_needed:g}); raise it or leave it null")
+    if gpu:
+        rest["GPU"] = _ray_units(gpu)
+    return tune.PlacementGroupFactory([{"CPU": _DRIVER_CPU}, rest])
+
+
+def _mlflow_uri(sweep: Sweep) -> str:
+    from mlflow import MlflowClient
+
+    from userrl.tracking import ensure_experiment
+
+    uri = sweep.config.mlflow_uri()  # resolved here: trials run with another working directory
+    if uri.startswith("sqlite:///"):
+        Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    ensure_experiment(MlflowClient(uri), sweep.spec.name)  # creates the store once, before trials race for it
+    return uri
+
+
+def _save_setup(sweep: Sweep, uri: str) -> dict[str, Any]:
+    """Write `sweep.json` (what every trial needs besides its grid point) into the Tune folder."""
+    setup = {"sweep": sweep.spec.name, "base": sweep.base, "runs_root": str(sweep.runs_root), "mlflow_uri": uri,
+             "grid": sweep.spec.grid, "trials": len(grid_points(sweep.spec.grid)) * sweep.spec.tune.num_samples}
+    sweep.tune_dir.mkdir(parents=True, exist_ok=True)
+    tmp = sweep.tune_dir / "sweep.json.tmp"
+    tmp.write_text(json.dumps(setup, indent=1))
+    tmp.replace(sweep.tune_dir / "sweep.json")
+    return setup
+
+
+def run_sweep(sweep: Sweep, resume: bool, console: Console) -> tuple[Any, dict[str, Any]]:
+    """Run (or resume) the Tune experiment; returns Tune's ResultGrid and the sweep's saved setup."""
+    from ray import tune
+
+    spec = sweep.spec
+    restorable = tune.Tuner.can_restore(str(sweep.tune_dir))
+    if resume and not restorable:
+        raise ConfigError(f"nothing to resume: no Tune experiment at {sweep.tune_dir} "
+                          f"(run `userrl sweep {sweep.source}` first)")
+    if not resume and restorable:
+        raise ConfigError(f"sweep folder {sweep.tune_dir} already holds this sweep: pass --resume to continue "
+                          "it, or remove the folder (or change `name`) to start over")
+    if resume:  # the trials keep the setup they began with, whatever the sweep file says now
+        setup = json.loads((sweep.tune_dir / "sweep.json").read_text())
+        trainable = tune.with_resources(tune.with_parameters(run_trial, setup=setup), _resources(sweep))
+        _init_ray(sweep)
+        console.print(f"resuming sweep [bold]{spec.name}[/] from {sweep.tune_dir}")
+        return tune.Tuner.restore(str(sweep.tune_dir), trainable, resume_errored=True).fit(), setup
+    resources = _resources(sweep)  # checked before anything is written
+    setup = _save_setup(sweep, _mlflow_uri(sweep))
+    trainable = tune.with_resources(tune.with_parameters(run_trial, setup=setup), resources)
+    _init_ray(sweep)
+    points = grid_points(spec.grid)
+    console.print(f"sweep [bold]{spec.name}[/]: {len(points) * spec.tune.num_samples} trials, "
+                  f"{spec.tune.max_concurrent_trials} at a time; Tune folder {sweep.tune_dir}; "
+                  f"MLflow experiment '{spec.name}' in {setup['mlflow_uri']}")
+    tuner = tune.Tuner(
+        trainable, param_space={"grid": {key: tune.grid_search(values) for key, values in spec.grid.items()}},
+        tune_config=tune.TuneConfig(num_samples=spec.tune.num_samples,
+                                    max_concurrent_trials=spec.tune.max_concurrent_trials),
+        run_config=tune.RunConfig(name=spec.name, storage_path=str(sweep.storage), verbose=1,
+                                  failure_config=tune.FailureConfig(max_failures=spec.tune.max_failures)))
+    return tuner.fit(), setup
+
+
+def _best(result: Any, metric: str, mode: str) -> float | None:
+    frame = result.metrics_dataframe
+    if frame is None or metric not in frame:
+        return None
+    values = frame[metric].dropna()
+    if values.empty:
+        return None
+    return float(values.max() if mode == "max" else values.min())
+
+
+def summarize(grid: Any, spec: SweepSpec, setup: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per trial: grid values, status, iterations, final and best metric, error."""
+    rows = []
+    # Tune's own trial states (TERMINATED, ERROR, PENDING, ...); the results come in the same order.
+    trials = getattr(getattr(grid, "_experiment_analysis", None), "trials", None) or [None] * len(grid)
+    for result, trial in zip(grid, trials, strict=True):
+        metrics = result.metrics or {}
+        point = result.config.get("grid", {})
+        status = trial.status if trial is not None else "ERROR" if result.error else "TERMINATED"
+        # Tune also calls a trial stopped by Ctrl-C TERMINATED; finished means all its iterations reported.
+        iterations = parse_config(trial_data(setup["base"], point)).training.iterations if point else 0
+        if status == "TERMINATED" and iterations and metrics.get("iteration") != iterations:
+            status = "INTERRUPTED"
+        rows.append({"trial": metrics.get("trial_id") or result.path.rsplit("/", 1)[-1], "params": point,
+                     "status": status, "iterations": metrics.get("iteration"),
+                     "final": metrics.get(spec.tune.metric), "best": _best(result, spec.tune.metric, spec.tune.mode),
+                     "success": metrics.get("rollout/success_rate"),
+                     "valid": metrics.get("rollout/valid_action_rate"),
+                     "eval": metrics.get("eval/reward_mean"), "seconds": metrics.get("time_total_s"),
+                     "mlflow_run_id": metrics.get("mlflow_run_id"), "error": _short_error(result.error)})
+    return rows
+
+
+def print_table(rows: list[dict[str, Any]], spec: SweepSpec, console: Console) -> None:
+    """The comparison table (rich)."""
+    def fmt(value: Any, digits: int = 3) -> str:
+        return "-" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+    table = Table(title=f"sweep {spec.name}: {spec.tune.metric} ({spec.tune.mode})")
+    keys = list(spec.grid)
+    for key in keys:
+        table.add_column(key.rsplit(".", 1)[-1])
+    for name in ("status", "iters", "final", "best", "success", "valid", "eval reward", "time s", "MLflow run"):
+        table.add_column(name, justify="right" if name not in ("status", "MLflow run") else "left")
+    order = sorted(rows, key=lambda r: (r["final"] is None, -(r["final"] or 0) if spec.tune.mode == "max"
+                                        else (r["final"] or 0)))
+    for row in order:
+        style = "red" if row["status"] == "ERROR" else None
+        table.add_row(*[str(row["params"].get(k)) for k in keys], row["status"], fmt(row["iterations"]),
+                      fmt(row["final"]), fmt(row["best"]), fmt(row["success"], 2), fmt(row["valid"], 2),
+                      fmt(row["eval"]), fmt(row["seconds"], 0), (row["mlflow_run_id"] or "-")[:12], style=style)
+    # Piped output defaults to 80 columns, too narrow for a dozen columns: render it wider then.
+    wide = console if console.is_terminal else Console(file=console.file, width=max(console.width, 150))
+    wide.print(table)
+    for row in rows:
+        if row["error"]:
+            console.print(f"[red]failed[/] {trial_label(row['params'])}: {row['error']}")
+
+
+def cli_sweep(args: Any, console: Console) -> int:
+    """`userrl sweep FILE [overrides] [--resume]`: 0 when every trial finished, 1 when some failed."""
+    sweep = load_sweep(args.sweep_file, args.overrides)
+    if args.resume and args.overrides:
+        console.print("[yellow]note:[/] overrides are ignored with --resume (trials keep the configs they began with)")
+    grid, setup = run_sweep(sweep, args.resume, console)
+    spec = sweep.spec
+    rows = summarize(grid, spec, setup)
+    print_table(rows, spec, console)
+    scored = [r for r in rows if r["final"] is not None and r["status"] != "ERROR"]
+    if scored:
+        best = grid.get_best_result(metric=spec.tune.metric, mode=spec.tune.mode, scope=spec.tune.scope,
+                                    filter_nan_and_inf=True)
+        console.print(f"[green]best[/] ({spec.tune.metric}, {spec.tune.mode}, scope {spec.tune.scope}): "
+                      f"{trial_label(best.config['grid'])}  ->  {best.metrics.get(spec.tune.metric):.4f}")
+        for key, value in best.config["grid"].items():
+            console.print(f"  {key}={value}")
+    uri = setup["mlflow_uri"]
+    console.print(f"MLflow experiment '{spec.name}' in {uri}  "
+                  f"(report: userrl report --experiment {spec.name} --tracking-uri {uri})")
+    # Trials Tune never created (an interrupted sweep) count as unfinished too.
+    expected = max(setup.get("trials", len(rows)), len(rows))
+    unfinished = expected - sum(r["status"] == "TERMINATED" for r in rows)
+    if unfinished:
+        console.print(f"[red]{unfinished} of {expected} trials did not finish[/]; resume with "
+                      f"`userrl sweep {sweep.source} --resume` (errored trials restart from their latest checkpoint)")
+        return 1
+    return 0
