@@ -6,10 +6,9 @@ import difflib
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from userrl.config import ConfigError, apply_overrides
+from userrl.config import ConfigError, apply_overrides, read_yaml_mapping
 
 
 class _Section(BaseModel):
@@ -83,14 +82,7 @@ def _explain(error: ValidationError) -> str:
 def load_serve_config(path: str | Path | None = None, overrides: list[str] | None = None,
                       **values: Any) -> ServeConfig:
     """Read a serving YAML (optional), apply dotted overrides and keyword values (None ones are skipped)."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"serving config {path} does not exist (see serving/default.yaml)")
-        data = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(data, dict):
-            raise ConfigError(f"serving config {path} must hold a mapping at the top level")
+    data = read_yaml_mapping(path, "serving config", " (see serving/default.yaml)") if path is not None else {}
     data = apply_overrides(data, list(overrides or []))
     data.update({k: v for k, v in values.items() if v is not None})
     try:

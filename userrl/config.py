@@ -290,14 +290,18 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return data
 
 
+def read_yaml_mapping(path: str | Path, what: str = "config file", hint: str = "") -> dict[str, Any]:
+    """The mapping at the top of a YAML file; ConfigError naming `what` when it is missing or not a mapping."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{what} {path} does not exist{hint}")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{what} {path} must hold a mapping at the top level")
+    return data
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> UserRLConfig:
     """Read a YAML file (optional), apply dotted overrides and validate."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file {path} does not exist")
-        data = yaml.safe_load(path.read_text()) or {}
-        if not isinstance(data, dict):
-            raise ConfigError(f"config file {path} must hold a mapping at the top level")
+    data = read_yaml_mapping(path) if path is not None else {}
     return parse_config(apply_overrides(data, list(overrides or [])))

@@ -19,12 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from rich.console import Console
 from rich.table import Table
 
-from userrl.config import ConfigError, UserRLConfig, apply_overrides, parse_config
+from userrl.config import ConfigError, UserRLConfig, apply_overrides, parse_config, read_yaml_mapping
 
 RUN_ID_FILE = "mlflow_run_id"
 _DRIVER_CPU = 0.2  # the trial actor itself mostly waits on queues (Tune refuses 0 CPU)
@@ -127,11 +126,7 @@ def _reason(error: ConfigError) -> str:
 def load_sweep(path: str | Path, overrides: list[str] | None = None) -> Sweep:
     """Read and validate a sweep file; every grid value is checked against the config schema."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"sweep file {path} does not exist")
-    raw = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"sweep file {path} must hold a mapping (name, base, grid, tune)")
+    raw = read_yaml_mapping(path, "sweep file")
     try:
         spec = SweepSpec.model_validate(raw)
     except ValidationError as error:
@@ -150,7 +145,7 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None) -> Sweep:
         base_path = (path.parent / spec.base)
         if not base_path.is_file():
             raise ConfigError(f"sweep file {path}: base {spec.base!r} does not exist (looked at {base_path})")
-        base = yaml.safe_load(base_path.read_text()) or {}
+        base = read_yaml_mapping(base_path, "base config")
     base = apply_overrides(base, [*spec.overrides, *(overrides or [])])
     try:
         parse_config(base)
