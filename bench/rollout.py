@@ -2,8 +2,11 @@
 
 In one process run, on the same model and the same episodes:
 
-  (a) raw engine: the same number of sequences and sampled tokens as rollout (b), fixed lengths (no stop
-      tokens), all submitted at once to the same vLLM replica: the engine's ceiling for that work;
+  (a) raw engine: the same number of sequences and the same token counts as rollout (b), all submitted at
+      once to the same replica, one `generate` each: an episode's prompt tokens (its first prompt, tool
+      results and turn headers, concatenated) as the prompt, and exactly its sampled-token count as fixed
+      length (no stop tokens): the engine's ceiling for the work the rollout did;
+      (a0) the same with the first prompt only: the decode-only ceiling (less work than the rollout did);
   (b) userrl rollout: EnvRunner actors play multi-turn episodes of a gym with the scripted user against
       PolicyReplica actors (`--engine vllm` or `hf`), as a training iteration does (RolloutCoordinator.play);
   (c) naive loop: one episode at a time, each turn one transformers `generate` call (a subset of the
@@ -88,13 +91,18 @@ def rollout(coordinator, iteration: int):
     return trajectories, time.perf_counter() - start
 
 
-def raw_engine(replica, trajectories) -> tuple[int, float]:
-    """(a): one sequence per episode from its first prompt, exactly as many sampled tokens, all at once."""
+def raw_engine(replica, trajectories, first_prompt_only: bool = False) -> tuple[int, float]:
+    """(a): one sequence per episode, all at once: its prompt tokens (or first prompt), its sampled-token count."""
     import ray
 
     from userrl.engines.base import GenerationRequest
 
-    requests = [GenerationRequest(t.input_ids[: t.prompt_len], t.num_sampled, temperature=1.0, seed=i)
+    def prompt(t) -> list[int]:
+        if first_prompt_only:
+            return t.input_ids[: t.prompt_len]
+        return [token for token, trained in zip(t.input_ids, t.loss_mask, strict=True) if not trained]
+
+    requests = [GenerationRequest(prompt(t), t.num_sampled, temperature=1.0, seed=i)
                 for i, t in enumerate(trajectories) if t.num_sampled]
     start = time.perf_counter()
     outputs = ray.get([replica.generate.remote(r) for r in requests])
@@ -189,13 +197,16 @@ def _measure(args: argparse.Namespace, config, model_path: str, replica, runners
     a_tokens, a_s = raw_engine(replica, trajectories)
     print(f"(a) raw engine: {a_tokens} tokens in {a_s:.2f} s; b/a = {b_tokens / b_s / (a_tokens / a_s):.2f}",
           flush=True)
+    a0 = raw_engine(replica, trajectories, first_prompt_only=True)
+    print(f"(a0) raw engine, first prompts: {a0[0]} tokens in {a0[1]:.2f} s; "
+          f"b/a0 = {b_tokens / b_s / (a0[0] / a0[1]):.2f}", flush=True)
     print(f"replica stats after (b): {stats}", flush=True)
     if args.rollout_only:
         return None
     naive = naive_loop(config, model_path, args.naive_episodes)
     metrics, learn_s, state_dict = learner_throughput(config, model_path, trajectories)
     sync = weight_sync(replica, state_dict)
-    return trajectories, turns, stops, stats, (a_tokens, a_s), (b_tokens, b_s), naive, (metrics, learn_s), sync
+    return trajectories, turns, stops, stats, (a_tokens, a_s), a0, (b_tokens, b_s), naive, (metrics, learn_s), sync
 
 
 def main() -> None:
@@ -234,20 +245,23 @@ def main() -> None:
         ray.shutdown()
     if measured is None:
         return
-    trajectories, turns, stops, stats, (a_tokens, a_s), (b_tokens, b_s), (c_tokens, c_s, c_episodes), \
-        (metrics, learn_s), sync = measured
+    trajectories, turns, stops, stats, (a_tokens, a_s), (a0_tokens, a0_s), (b_tokens, b_s), \
+        (c_tokens, c_s, c_episodes), (metrics, learn_s), sync = measured
 
-    a, b, c = a_tokens / a_s, b_tokens / b_s, c_tokens / c_s
+    a, a0, b, c = a_tokens / a_s, a0_tokens / a0_s, b_tokens / b_s, c_tokens / c_s
+    prompt_tokens = sum(len(t.input_ids) - t.num_sampled for t in trajectories)
     print(f"\nmodel {args.model} ({args.dtype}), engine {args.engine}, gym {args.gym} (bracket, scripted user), "
           f"{len(trajectories)} episodes = {args.tasks} tasks x {args.group}, {turns:.2f} turns/episode "
           f"(stops: {dict(stops)}), "
           f"max {args.max_new_tokens} new tokens/turn, {os.cpu_count()} cores\n")
     print("| run | episodes | sampled tokens | seconds | tokens/s |")
     print("|---|---|---|---|---|")
-    print(f"| (a) raw engine, fixed lengths | {len(trajectories)} | {a_tokens} | {a_s:.2f} | {a:.1f} |")
+    print(f"| (a) raw engine, same token counts ({prompt_tokens} prompt tokens) | {len(trajectories)} | {a_tokens} "
+          f"| {a_s:.2f} | {a:.1f} |")
+    print(f"| (a0) raw engine, first prompts only | {len(trajectories)} | {a0_tokens} | {a0_s:.2f} | {a0:.1f} |")
     print(f"| (b) userrl rollout | {len(trajectories)} | {b_tokens} | {b_s:.2f} | {b:.1f} |")
     print(f"| (c) naive transformers loop | {c_episodes} | {c_tokens} | {c_s:.2f} | {c:.1f} |")
-    print(f"\nb/a = {b / a:.2f}   b/c = {b / c:.1f}   replica stats: {stats}")
+    print(f"\nb/a = {b / a:.2f}   b/a0 = {b / a0:.2f}   b/c = {b / c:.1f}   replica stats: {stats}")
     print(f"weight sync (state dict -> replica, in place): {', '.join(f'{s:.2f}' for s in sync)} s "
           f"(median {statistics.median(sync):.2f})")
     print(f"learner (1 process, float32, one GRPO update): {metrics['processed_tokens']:.0f} processed tokens "

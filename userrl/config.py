@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
 class ConfigError(ValueError):
@@ -85,7 +85,8 @@ class PolicyConfig(_Section):
     vllm: dict[str, Any] = Field(
         default_factory=dict,
         description="vllm engine settings: kv_cache_gib (CPU KV cache, 2.0), gpu_memory_utilization (GPU, 0.5), "
-        "enable_prefix_caching (true), sleep_mode (GPU, false), enforce_eager (false), seed (0); any other "
+        "enable_prefix_caching (true), sessions (true: an episode's turns continue one vLLM request, KV kept), "
+        "sleep_mode (GPU, false), enforce_eager (false), seed (0); any other "
         "vLLM engine argument passes through. dtype, max_model_len and max_batch_size come from this section.",
     )
     num_replicas: int = Field(1, ge=1)
@@ -127,6 +128,9 @@ class TrainingConfig(_Section):
     kl_loss_coef: float = 0.001
     kl_loss_type: Literal["kl", "abs", "mse", "low_var_kl"] = "low_var_kl"
     drop_aborted: bool = Field(True, description="Exclude aborted episodes from the update (always counted).")
+    async_rollout: bool = Field(
+        False, description="Overlap the next iteration's rollout with this iteration's update: trajectories are "
+        "at most one policy version behind, and the loss takes the PPO ratio against the sampler's logprobs.")
 
     @field_validator("trajectory_score")
     @classmethod
@@ -209,6 +213,14 @@ class UserRLConfig(_Section):
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
 
+    @model_validator(mode="after")
+    def _consistent(self) -> UserRLConfig:
+        if self.training.async_rollout and self.policy.vllm.get("sleep_mode"):
+            raise ValueError(
+                "training.async_rollout=true cannot be combined with policy.vllm.sleep_mode=true: replicas "
+                "cannot sleep during the update while they generate the next batch; set one of them to false")
+        return self
+
     @property
     def run_dir(self) -> Path:
         """Folder for this run's checkpoints and artifacts."""
@@ -254,7 +266,9 @@ def _explain(error: ValidationError) -> str:
     valid = _valid_paths(UserRLConfig)
     for item in error.errors():
         loc = ".".join(str(part) for part in item["loc"])
-        if item["type"] == "extra_forbidden":
+        if not loc:  # a whole-config check (model validator): its message names the fields itself
+            lines.append(str(item.get("ctx", {}).get("error", item["msg"])))
+        elif item["type"] == "extra_forbidden":
             parent = loc.rsplit(".", 1)[0] + "." if "." in loc else ""
             siblings = [p for p in valid if p.startswith(parent) and "." not in p[len(parent):]]
             close = difflib.get_close_matches(loc, siblings, n=1, cutoff=0.5)

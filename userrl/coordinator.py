@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -97,6 +98,21 @@ def play_chunks(runners: list[Any], chunks: list[list[EpisodeSpec]], seeds: list
         yield index, ray.get(ready)
 
 
+@dataclass
+class PendingRollout:
+    """Episodes handed to the env runners whose trajectories are not gathered yet."""
+
+    refs: list[Any]
+    specs: list[EpisodeSpec]
+    started: float
+    iteration: int | None = None
+
+    def cancel(self) -> None:
+        """Stop the runners' work on these episodes (a run that ends early leaves nothing in flight)."""
+        for ref in self.refs:
+            ray.cancel(ref)
+
+
 class RolloutCoordinator:
     """Drives the env runners and replicas from rank 0 of the learner group."""
 
@@ -106,24 +122,43 @@ class RolloutCoordinator:
         self.replicas = replicas
         self.train_tasks = TaskMixture(config)
 
+    def launch(self, specs: list[EpisodeSpec], seed: int, temperature: float | None = None,
+               iteration: int | None = None) -> PendingRollout:
+        """Spread episodes over the runners and return at once; `gather` collects them."""
+        shares = [specs[i::len(self.runners)] for i in range(len(self.runners))]
+        refs = [runner.run.remote(share, seed, temperature)
+                for runner, share in zip(self.runners, shares, strict=True) if share]
+        return PendingRollout(refs, specs, time.perf_counter(), iteration)
+
+    @staticmethod
+    def gather(pending: PendingRollout) -> list[Trajectory]:
+        """Wait for launched episodes and return their trajectories in the order of their specs."""
+        by_uid = {t.uid: t for share in ray.get(pending.refs) for t in share}
+        return [by_uid[spec.uid] for spec in pending.specs]
+
     def play(self, specs: list[EpisodeSpec], seed: int, temperature: float | None = None) -> list[Trajectory]:
         """Spread episodes over the runners and gather their trajectories in order."""
-        shares = [specs[i::len(self.runners)] for i in range(len(self.runners))]
-        results = ray.get([runner.run.remote(share, seed, temperature)
-                           for runner, share in zip(self.runners, shares, strict=True) if share])
-        by_uid = {t.uid: t for share in results for t in share}
-        return [by_uid[spec.uid] for spec in specs]
+        return self.gather(self.launch(specs, seed, temperature))
+
+    def start_rollout(self, iteration: int) -> PendingRollout:
+        """Launch one iteration's batch (batch_size tasks x group_size episodes) without waiting for it."""
+        tc = self.config.training
+        specs = episode_specs(self.train_tasks.sample(tc.batch_size, iteration), tc.group_size, f"it{iteration}")
+        return self.launch(specs, seed=self.config.experiment.seed, iteration=iteration)
+
+    def finish_rollout(self, pending: PendingRollout) -> tuple[list[Trajectory], dict[str, float]]:
+        """Gather a launched batch; `time/rollout_s` runs from its launch, `time/rollout_wait_s` from now."""
+        waited = time.perf_counter()
+        trajectories = self.gather(pending)
+        done = time.perf_counter()
+        metrics = rollout_metrics(trajectories, done - pending.started)
+        metrics["time/rollout_s"] = done - pending.started
+        metrics["time/rollout_wait_s"] = done - waited
+        return trajectories, metrics
 
     def rollout(self, iteration: int) -> tuple[list[Trajectory], dict[str, float]]:
         """One iteration's batch: batch_size tasks x group_size episodes."""
-        tc = self.config.training
-        specs = episode_specs(self.train_tasks.sample(tc.batch_size, iteration), tc.group_size, f"it{iteration}")
-        start = time.perf_counter()
-        trajectories = self.play(specs, seed=self.config.experiment.seed)
-        seconds = time.perf_counter() - start
-        metrics = rollout_metrics(trajectories, seconds)
-        metrics["time/rollout_s"] = seconds
-        return trajectories, metrics
+        return self.finish_rollout(self.start_rollout(iteration))
 
     def evaluate(self, num_tasks: int, split: str, temperature: float) -> tuple[list[Trajectory], dict[str, float]]:
         """Greedy (by default) episodes on the first tasks of each gym's evaluation split."""
@@ -132,6 +167,18 @@ class RolloutCoordinator:
         trajectories = self.play(episode_specs(tasks, 1, "eval"), seed=self.config.experiment.seed,
                                  temperature=temperature)
         return trajectories, rollout_metrics(trajectories, time.perf_counter() - start, prefix="eval")
+
+    def sleep_replicas(self) -> float:
+        """Free the replicas' device memory for the update (vllm sleep mode; a no-op elsewhere); returns seconds."""
+        start = time.perf_counter()
+        ray.get([replica.sleep.remote() for replica in self.replicas])
+        return time.perf_counter() - start
+
+    def wake_replicas(self) -> float:
+        """Take the replicas' device memory back before the weight sync; returns seconds."""
+        start = time.perf_counter()
+        ray.get([replica.wake_up.remote() for replica in self.replicas])
+        return time.perf_counter() - start
 
     def sync_weights(self, state_dict: dict, version: int) -> float:
         """Send new weights to every replica (through the object store); returns seconds."""

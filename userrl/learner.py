@@ -31,6 +31,7 @@ from userrl.algorithms import (
     aggregate,
     grpo_multiturn_advantages,
     kl_penalty,
+    masked_token_mean,
     policy_loss,
     sft_loss,
     token_entropy,
@@ -86,6 +87,9 @@ class Learner:
             config.training.use_kl_loss) else None
         self.optimizer = self.make_optimizer(config.training.lr)
         tc = config.training
+        # The sampler's logprobs are of softmax(logits / T); the RL loss must see the same distribution.
+        # Greedy sampling (T = 0) reports plain log_softmax, so it pairs with T = 1 here.
+        self.temperature = config.policy.temperature if config.policy.temperature > 0 else 1.0
         self.grpo = GRPOConfig(trajectory_score=tc.trajectory_score, turn_credit=tc.turn_credit, gamma=tc.gamma,
                                norm_adv_by_std=tc.norm_adv_by_std, eps=tc.eps, mean_score_round=tc.mean_score_round)
 
@@ -103,8 +107,9 @@ class Learner:
             return torch.autocast("cpu", dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    def _forward(self, model: torch.nn.Module, batch: TensorBatch, need_entropy: bool = False):
-        """Per-token logprobs of input_ids[:, 1:] (and entropies), aligned to positions 1..L-1.
+    def _forward(self, model: torch.nn.Module, batch: TensorBatch, need_entropy: bool = False,
+                 temperature: float = 1.0):
+        """Per-token logprobs of input_ids[:, 1:] (and entropies) at `temperature`, aligned to positions 1..L-1.
 
         Only positions from the first trained token on go through the LM head: prompts are most of a
         short episode, and the head's vocabulary-wide matmul and softmax are the costliest part of it.
@@ -119,11 +124,11 @@ class Learner:
                            logits_to_keep=keep).logits
         logits = logits[:, :-1].float()
         logp = torch.zeros(ids.shape[0], width - 1, device=self.device)
-        logp[:, first:] = token_logprobs(logits, ids[:, first + 1:])
+        logp[:, first:] = token_logprobs(logits, ids[:, first + 1:], temperature)
         entropy = None
         if need_entropy:
             entropy = torch.zeros_like(logp)
-            entropy[:, first:] = token_entropy(logits)
+            entropy[:, first:] = token_entropy(logits, temperature)
         return logp, entropy
 
     def _micro(self, trajectories: list[Trajectory], indices: list[int]) -> TensorBatch:
@@ -152,7 +157,13 @@ class Learner:
         minis = [list(range(i, min(i + size, len(trajectories)))) for i in range(0, len(trajectories), size)]
         epochs = 1 if sft else tc.ppo_epochs
         on_policy = len(minis) == 1 and epochs == 1
-        old = None if sft or on_policy else self._old_logprobs(trajectories, minis)
+        if sft:
+            old = None
+        elif tc.async_rollout:
+            # Up to one version behind: the behaviour policy is the sampler, not these pre-update weights.
+            old = {i: torch.tensor(t.sampler_logprobs[1:], dtype=torch.float32) for i, t in enumerate(trajectories)}
+        else:
+            old = None if on_policy else self._old_logprobs(trajectories, minis)
         totals: dict[str, float] = {}
         for _ in range(epochs):
             for mini in minis:
@@ -172,7 +183,8 @@ class Learner:
             plan = plan_micro_batches(len(mini), [lengths[i] for i in mini], self.world_size,
                                       self.config.training.micro_batch_tokens)[self.rank]
             for micro in plan:
-                logp, _ = self._forward(self.model, self._micro(trajectories, [mini[i] for i in micro]))
+                logp, _ = self._forward(self.model, self._micro(trajectories, [mini[i] for i in micro]),
+                                        temperature=self.temperature)
                 for row, i in enumerate(micro):
                     old[mini[i]] = logp[row, : lengths[mini[i]] - 1].cpu()
         return old
@@ -182,13 +194,15 @@ class Learner:
         tc = self.config.training
         lengths = [len(t.input_ids) for t in trajectories]
         plan = plan_micro_batches(len(trajectories), lengths, self.world_size, tc.micro_batch_tokens)[self.rank]
-        sums = dict.fromkeys(("loss", "pg_clipfrac", "approx_kl", "entropy", "sampler_logprob_gap",
-                              "micro_batches", "trained_tokens", "processed_tokens"), 0.0)
+        sums = dict.fromkeys(("loss", "pg_clipfrac", "approx_kl", "importance_ratio_mean", "entropy",
+                              "sampler_logprob_gap", "micro_batches", "trained_tokens", "processed_tokens"), 0.0)
+        # SFT is plain cross-entropy on demonstrations (T = 1); RL terms use the sampling temperature.
+        temperature = 1.0 if advantages is None else self.temperature
         for micro in plan:
             batch = self._micro(trajectories, micro)
             mask = batch.loss_mask[:, 1:].to(self.device)
             need_entropy = advantages is not None and tc.entropy_coeff > 0
-            logp, entropy = self._forward(self.model, batch, need_entropy)
+            logp, entropy = self._forward(self.model, batch, need_entropy, temperature)
             if advantages is None:
                 loss = sft_loss(logp, mask, tc.loss_agg_mode)
                 stats: dict[str, torch.Tensor] = {}
@@ -201,9 +215,12 @@ class Learner:
                         old_logp[row, : lengths[i] - 1] = old[i].to(self.device)
                 loss, stats = policy_loss(logp, old_logp, adv, mask, tc.clip_ratio_low, tc.clip_ratio_high,
                                           tc.clip_ratio_c, tc.loss_agg_mode)
+                with torch.no_grad():
+                    stats["importance_ratio_mean"] = masked_token_mean(
+                        torch.exp(torch.clamp(logp - old_logp, max=20.0)), mask)
                 if self.reference is not None:
                     with torch.no_grad():
-                        ref_logp, _ = self._forward(self.reference, batch)
+                        ref_logp, _ = self._forward(self.reference, batch, temperature=temperature)
                     loss = loss + tc.kl_loss_coef * aggregate(kl_penalty(logp, ref_logp, tc.kl_loss_type),
                                                               mask, tc.loss_agg_mode)
                 if entropy is not None:
@@ -215,6 +232,7 @@ class Learner:
             sums["loss"] += float(loss.detach())
             sums["pg_clipfrac"] += float(stats.get("pg_clipfrac", 0.0))
             sums["approx_kl"] += float(stats.get("approx_kl", 0.0))
+            sums["importance_ratio_mean"] += float(stats.get("importance_ratio_mean", 0.0))
             if entropy is not None:
                 sums["entropy"] += float((entropy.detach() * mask).sum()) / n
             gap = (batch.sampler_logprobs[:, 1:].to(self.device) - logp.detach()).abs() * mask

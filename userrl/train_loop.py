@@ -1,7 +1,9 @@
 """The RL loop, run SPMD inside Ray Train's worker group (`train_loop_per_worker`).
 
 Rank 0 drives the rollout through the env-runner and replica actors and shares the batch with every
-rank; every rank updates its FSDP2 shard; rank 0 pushes the new weights to the replicas.
+rank; every rank updates its FSDP2 shard; rank 0 pushes the new weights to the replicas. With
+`training.async_rollout`, rank 0 launches the next iteration's rollout before this iteration's update,
+so generation overlaps the update and trajectories are at most one policy version behind.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from transformers import AutoTokenizer
 
 from userrl.chat import ChatFormat
 from userrl.config import UserRLConfig
-from userrl.coordinator import RolloutCoordinator
+from userrl.coordinator import PendingRollout, RolloutCoordinator
 from userrl.learner import Learner
 from userrl.sft import file_demonstrations, solver_demonstrations
 from userrl.trajectory import Trajectory
@@ -99,6 +101,12 @@ def _sft_phase(config: UserRLConfig, learner: Learner, coordinator: RolloutCoord
     learner.make_optimizer(config.training.lr)
 
 
+def policy_lag(trajectories: list[Trajectory], version: int) -> float:
+    """Learner version minus the oldest version that generated a turn of the batch (0 when on-policy)."""
+    played = [t.policy_version for t in trajectories if t.turns]
+    return float(version - min(played)) if played else 0.0
+
+
 def _quiet_train_reports() -> None:
     """Ray Train logs every report at INFO from a logger named by its file; our progress lines suffice."""
     with contextlib.suppress(ImportError):
@@ -142,50 +150,84 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
         metrics = coordinator.evaluate(ev.num_tasks, ev.split, ev.temperature)[1] if rank0 else None
         report({"phase": "eval", "iteration": 0, **_share(metrics)})
 
-    for iteration in range(start, config.training.iterations):
-        began = time.perf_counter()
-        trajectories, result = coordinator.rollout(iteration) if rank0 else (None, None)
-        trajectories, result = _share((trajectories, result))
-        aborted = [t for t in trajectories if t.aborted]
-        if config.training.drop_aborted:
-            trajectories = [t for t in trajectories if not t.aborted]
-        result["rollout/aborted"] = float(len(aborted))
+    tc = config.training
+    # Replicas on the same GPUs as the learners give their memory back during the update (sync mode only:
+    # in async mode they are generating the next batch then; the config refuses the combination).
+    sleeping = (not tc.async_rollout and config.policy.engine == "vllm"
+                and bool(config.policy.vllm.get("sleep_mode")))
+    pending: PendingRollout | None = None
+    if rank0 and tc.async_rollout and start < tc.iterations:
+        pending = coordinator.start_rollout(start)
+    try:
+        for iteration in range(start, tc.iterations):
+            began = time.perf_counter()
+            trajectories, result = None, None
+            if rank0:
+                trajectories, result = coordinator.finish_rollout(pending or coordinator.start_rollout(iteration))
+                pending = None
+                if tc.async_rollout and iteration + 1 < tc.iterations:
+                    pending = coordinator.start_rollout(iteration + 1)  # runs on this version, then the next
+            trajectories, result = _share((trajectories, result))
+            result["rollout/policy_lag_max"] = policy_lag(trajectories, version)
+            _update_and_report(config, learner, coordinator, tokenizer, report, iteration, version,
+                               trajectories, result, began, sleeping)
+            version += 1
+    finally:
+        if pending is not None:  # only after an error: the last iteration launches nothing
+            pending.cancel()
 
-        if trajectories:  # every rank sees the same batch, so every rank takes the same branch
-            tick = time.perf_counter()
-            advantages, group_stats = learner.compute_advantages(trajectories)
-            result["time/advantages_s"] = time.perf_counter() - tick
-            result.update({f"groups/{k}": v for k, v in group_stats.items()})
-            tick = time.perf_counter()
-            result.update({f"learner/{k}": v for k, v in learner.update(trajectories, advantages).items()})
-            result["time/update_s"] = time.perf_counter() - tick
-        else:
-            result.update({"time/advantages_s": 0.0, "time/update_s": 0.0, "learner/processed_tokens": 0.0})
-        # Every token goes through forward and backward, so throughput counts them all (not just the trained ones).
-        result["learner/tokens_per_s"] = result["learner/processed_tokens"] / max(result["time/update_s"], 1e-9)
 
+def _update_and_report(config: UserRLConfig, learner: Learner, coordinator: RolloutCoordinator | None,
+                       tokenizer: Any, report: _Reporter, iteration: int, version: int,
+                       trajectories: list[Trajectory], result: dict[str, Any], began: float,
+                       sleeping: bool) -> None:
+    """Update on one batch, sync weights, checkpoint, evaluate and report (`version`: before the update)."""
+    ev = config.evaluation
+    rank0 = learner.rank == 0
+    aborted = [t for t in trajectories if t.aborted]
+    if config.training.drop_aborted:
+        trajectories = [t for t in trajectories if not t.aborted]
+    result["rollout/aborted"] = float(len(aborted))
+
+    if sleeping and rank0:
+        result["time/replica_sleep_s"] = coordinator.sleep_replicas()
+    if trajectories:  # every rank sees the same batch, so every rank takes the same branch
         tick = time.perf_counter()
-        state = learner.full_state_dict()
-        version += 1
-        if rank0:
-            coordinator.sync_weights(state, version)
-        result["time/weight_sync_s"] = time.perf_counter() - tick
-        del state
+        advantages, group_stats = learner.compute_advantages(trajectories)
+        result["time/advantages_s"] = time.perf_counter() - tick
+        result.update({f"groups/{k}": v for k, v in group_stats.items()})
+        tick = time.perf_counter()
+        result.update({f"learner/{k}": v for k, v in learner.update(trajectories, advantages).items()})
+        result["time/update_s"] = time.perf_counter() - tick
+    else:
+        result.update({"time/advantages_s": 0.0, "time/update_s": 0.0, "learner/processed_tokens": 0.0})
+    # Every token goes through forward and backward, so throughput counts them all (not just the trained ones).
+    result["learner/tokens_per_s"] = result["learner/processed_tokens"] / max(result["time/update_s"], 1e-9)
 
-        done = iteration + 1
-        every = config.checkpointing.every
-        if every and (done % every == 0 or done == config.training.iterations):
-            path = checkpoint_path(config, done)
-            learner.save_checkpoint(path, {"iteration": done, "policy_version": version,
-                                           "config": config.model_dump(mode="json")}, tokenizer)
-            result["checkpoint"] = str(path)
+    if sleeping and rank0:
+        result["time/replica_sleep_s"] += coordinator.wake_replicas()
+    tick = time.perf_counter()
+    state = learner.full_state_dict()
+    version += 1
+    if rank0:
+        coordinator.sync_weights(state, version)
+    result["time/weight_sync_s"] = time.perf_counter() - tick
+    del state
 
-        if ev.interval and done % ev.interval == 0 and rank0:
-            result.update(coordinator.evaluate(ev.num_tasks, ev.split, ev.temperature)[1])
+    done = iteration + 1
+    every = config.checkpointing.every
+    if every and (done % every == 0 or done == config.training.iterations):
+        path = checkpoint_path(config, done)
+        learner.save_checkpoint(path, {"iteration": done, "policy_version": version,
+                                       "config": config.model_dump(mode="json")}, tokenizer)
+        result["checkpoint"] = str(path)
 
-        result["memory/learner_rss_gb"] = max(_share_all(_release_memory()))
-        result.update({"phase": "rl", "iteration": done, "policy_version": version,
-                       "time/iteration_s": time.perf_counter() - began})
-        if rank0:
-            result["samples"] = trajectories[: config.tracking.sample_trajectories]
-        report(result)
+    if ev.interval and done % ev.interval == 0 and rank0:
+        result.update(coordinator.evaluate(ev.num_tasks, ev.split, ev.temperature)[1])
+
+    result["memory/learner_rss_gb"] = max(_share_all(_release_memory()))
+    result.update({"phase": "rl", "iteration": done, "policy_version": version,
+                   "time/iteration_s": time.perf_counter() - began})
+    if rank0:
+        result["samples"] = trajectories[: config.tracking.sample_trajectories]
+    report(result)

@@ -41,6 +41,8 @@ def test_fit_checkpoint_and_exact_resume(ray_local, tiny_model, tmp_path):
                 "time/rollout_s", "time/advantages_s", "time/update_s", "time/weight_sync_s", "learner/loss"):
         assert key in first
     assert first["policy_version"] == 2 and results[-1]["policy_version"] == 4  # SFT sync = version 1
+    assert all(r["rollout/policy_lag_max"] == 0.0 for r in results)  # sync mode: always on-policy
+    assert 0.0 <= first["time/rollout_wait_s"] <= first["time/rollout_s"]
     checkpoint = tmp_path / "a" / "it" / "checkpoints" / "iter_000002"
     assert json.loads((checkpoint / "meta.json").read_text())["iteration"] == 2
     assert not list(checkpoint.parent.glob("*.tmp"))

@@ -13,6 +13,7 @@ temperature, a logprob of the wrong token, or stale weights are off by more than
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 import torch
@@ -133,6 +134,39 @@ def test_many_long_seeded_prompts_at_once(ray_local, replica, chat_ids):
     assert [o.token_ids for o in first] == [o.token_ids for o in again]
 
 
+def test_episode_turns_continue_one_session_and_match_hf(ray_local, replica, hf_engine, chat_ids, smollm2):
+    """Turns sharing a cache_key continue one vLLM streaming session (only the new tokens are sent, the
+    KV of the earlier turns stays); every turn equals the hf engine on the full prompt, token for token."""
+    from transformers import AutoTokenizer
+
+    prompts, stop, _ = chat_ids
+    tool = AutoTokenizer.from_pretrained(smollm2).encode("<|im_start|>user\nResult: 42. Go on.<|im_end|>\n"
+                                                         "<|im_start|>assistant\n")
+    stats = ray_local.get(replica.get_stats.remote())
+    histories = [list(p) for p in prompts]
+    reused = 0
+    for turn in range(3):
+        requests = [GenerationRequest(h, 10, temperature=0.0, stop_token_ids=stop, cache_key=f"s{i}")
+                    for i, h in enumerate(histories)]
+        served = _served(ray_local, replica, requests)
+        expected = hf_engine.generate([GenerationRequest(h, 10, temperature=0.0, stop_token_ids=stop)
+                                       for h in histories])
+        for out, ref in zip(served, expected, strict=True):
+            assert out.token_ids == ref.token_ids, f"turn {turn}"
+            assert max(abs(a - b) for a, b in zip(out.logprobs, ref.logprobs, strict=True)) < LOGPROB_TOL
+        if turn:  # everything but the new tool tokens and the re-fed last sampled token came from the session
+            reused += sum(len(h) - len(tool) - 1 for h in histories)
+        histories = [h + o.token_ids + tool for h, o in zip(histories, served, strict=True)]
+    after = ray_local.get(replica.get_stats.remote())
+    assert after["cached_prompt_tokens"] - stats["cached_prompt_tokens"] >= reused
+    # A prompt that does not extend its session's tokens starts a new session (same answer as hf).
+    other = GenerationRequest(prompts[1], 10, temperature=0.0, stop_token_ids=stop, cache_key="s0")
+    assert _served(ray_local, replica, [other])[0].token_ids == hf_engine.generate([other])[0].token_ids
+    assert ray_local.get(replica.get_stats.remote())["open_sessions"] == len(histories)
+    for i in range(len(histories)):
+        ray_local.get(replica.end_session.remote(f"s{i}"))
+
+
 def test_weight_update_in_place_matches_hf_with_the_same_weights(ray_local, replica, hf_engine, chat_ids):
     original = {k: v.clone() for k, v in hf_engine.model.state_dict().items()}
     requests = _greedy(chat_ids)
@@ -169,6 +203,13 @@ def test_env_runner_rollout_on_vllm_replica(replica, smollm2):
         assert len(sampled) == traj.num_sampled > 0
         assert all(lp <= 0.0 for lp in sampled)
         assert traj.policy_version == ray_get_version(replica)
+    # Each episode's turns ran as one vLLM session; the runner ended them all when the episodes ended.
+    import ray
+
+    deadline = time.monotonic() + 30
+    while ray.get(replica.get_stats.remote())["open_sessions"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ray.get(replica.get_stats.remote())["open_sessions"] == 0
 
 
 def ray_get_version(replica) -> int:

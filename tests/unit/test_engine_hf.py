@@ -77,3 +77,13 @@ def test_prefix_cache_gives_the_same_tokens_as_a_full_prefill(tiny_model):
     for a, b in zip(with_cache, without, strict=True):
         assert a.token_ids == b.token_ids
         assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4)
+
+
+def test_ended_episode_drops_its_cached_prefix(tiny_model):
+    """`end_session` (sent by the EnvRunner when an episode ends) frees that episode's KV and no other."""
+    engine = HFEngine(tiny_model)
+    engine.generate([GenerationRequest(p, 3, seed=i, cache_key=f"ep{i}") for i, p in enumerate(PROMPTS)])
+    assert set(engine._prefix) == {"ep0", "ep1", "ep2"}
+    engine.end_session("ep1")
+    engine.end_session("never-seen")
+    assert set(engine._prefix) == {"ep0", "ep2"}

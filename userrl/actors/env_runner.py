@@ -85,6 +85,17 @@ class EnvRunner:
         finally:
             self.outstanding[index] -= 1
 
+    def _end_session(self, key: str) -> None:
+        """Tell the replica that served the episode that it is over (it may hold its KV for a next turn)."""
+        index = self.affinity.pop(key, None)
+        if index is None:
+            return
+        replica = self.replicas[index]
+        if hasattr(replica.end_session, "remote"):
+            replica.end_session.remote(key)  # fire and forget: nothing waits on it
+        else:
+            replica.end_session(key)
+
     async def run(self, episodes: list[EpisodeSpec], seed: int = 0, temperature: float | None = None) -> list[Trajectory]:
         """Play all episodes concurrently and return their trajectories in order."""
         limits = self.limits if temperature is None else RolloutLimits(**{**vars(self.limits), "temperature": temperature})
@@ -96,8 +107,11 @@ class EnvRunner:
                 if self.user_client is not None and accepts_llm(spec.task.gym):
                     kwargs.update(llm=self.user_client, backend=self.user_backend)
                 env = make_env(spec.task.gym, spec.task, **kwargs)
-                return await run_episode(env, spec.task, self.chat, self._generate, limits,
-                                         uid=spec.uid, group_id=spec.group_id, seed=seed)
+                try:
+                    return await run_episode(env, spec.task, self.chat, self._generate, limits,
+                                             uid=spec.uid, group_id=spec.group_id, seed=seed)
+                finally:
+                    self._end_session(spec.uid)
 
         try:
             return list(await asyncio.gather(*(play(spec) for spec in episodes)))

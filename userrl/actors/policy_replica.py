@@ -154,6 +154,12 @@ class PolicyReplica:
         async with self._lock():
             return await asyncio.get_running_loop().run_in_executor(None, self.engine.wake_up)
 
+    def end_session(self, key: str) -> None:
+        """The episode behind `key` has ended: the engine may drop the KV it kept for its next turn."""
+        end = getattr(self.engine, "end_session", None)
+        if end is not None:
+            end(key)
+
     def shutdown(self) -> None:
         """Stop the engine's own processes (vllm); call before killing the actor."""
         close = getattr(self.engine, "close", None)

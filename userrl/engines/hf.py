@@ -49,6 +49,10 @@ class HFEngine:
             raise ValueError(f"weights do not fit the model: missing={missing[:5]} unexpected={unexpected[:5]}")
         self.model.tie_weights()
 
+    def end_session(self, key: str) -> None:
+        """The episode behind `key` has ended: drop its cached prefix."""
+        self._prefix.pop(key, None)
+
     def _take_prefix(self, request: GenerationRequest) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]]]:
         """The cached KV of this request's episode, if the cached tokens are a strict prefix of its prompt."""
         entry = self._prefix.pop(request.cache_key, None) if request.cache_key else None

@@ -11,6 +11,13 @@ safetensors file in shared memory and every vLLM worker loads it through `reload
 re-runs the kernel-format processing: on CPU the linear layers are repacked, so copying into the
 parameters directly would be wrong), then the prefix cache computed with the old weights is dropped.
 
+An episode's turns (requests sharing a `cache_key`) run as one vLLM streaming-input session: the
+request stays in the engine between turns with its KV cache, and each turn sends only the tokens
+added since the last one (the tool result and the next header). Without sessions, every turn is a
+new request and the prefix cache recomputes up to a block (32 tokens on CPU) of each turn's history;
+with them the rollout prefills exactly the new tokens. A session ends when the episode says so
+(`end_session`), when a prompt does not extend the session's tokens, and before weights change.
+
 Only this module imports vllm; the `hf` engine works without it installed.
 """
 
@@ -22,6 +29,7 @@ import os
 import tempfile
 import threading
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +46,7 @@ DEFAULTS: dict[str, Any] = {
     "gpu_memory_utilization": 0.5,  # GPU: share of the device for weights + KV (leave room for a learner)
     "enable_prefix_caching": True,  # an episode's next turn reuses the KV of its previous turns
     "sleep_mode": False,  # GPU: allow sleep()/wake_up() to free device memory for a colocated learner
+    "sessions": True,  # an episode's turns continue one streaming-input request (KV kept between turns)
     "seed": 0,
 }
 
@@ -63,9 +72,24 @@ class WeightLoader:
         return len(weights)
 
 
+@dataclass
+class _Session:
+    """One episode's streaming-input request: its chunks, the tokens it holds, the turn in flight."""
+
+    chunks: asyncio.Queue = field(default_factory=asyncio.Queue)  # StreamingInput, None = end
+    #: The episode's tokens so far (prompts and sampled tokens): a next turn's prompt must extend them.
+    tokens: list[int] = field(default_factory=list)
+    turn: asyncio.Future | None = None
+    task: asyncio.Task | None = None
+
+
 def _shm_dir() -> str:
     """Shared memory when the machine has it (the file never touches a disk), else the temp folder."""
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+
+
+def _finish(completion) -> str:
+    return "stop" if completion.finish_reason == "stop" else "length"
 
 
 class VLLMEngine:
@@ -79,6 +103,8 @@ class VLLMEngine:
         settings = {**DEFAULTS, **options}
         self.on_gpu = torch.cuda.is_available()
         self.sleep_mode = bool(settings.pop("sleep_mode")) and self.on_gpu  # sleep is a no-op on CPU
+        self.sessions = bool(settings.pop("sessions"))
+        self._sessions: dict[str, _Session] = {}  # used on the engine's loop thread only
         kv_cache_gib = settings.pop("kv_cache_gib")
         gpu_memory_utilization = settings.pop("gpu_memory_utilization")
         args: dict[str, Any] = {
@@ -109,7 +135,7 @@ class VLLMEngine:
         from transformers import AutoConfig
 
         #: Prompt tokens received and those served from the prefix cache (not recomputed).
-        self.stats = {"prompt_tokens": 0, "cached_prompt_tokens": 0}
+        self.stats = {"prompt_tokens": 0, "cached_prompt_tokens": 0, "open_sessions": 0}
         model_config = AutoConfig.from_pretrained(model_path)
         self._tied = bool(getattr(model_config, "tie_word_embeddings", False))
         head_dim = getattr(model_config, "head_dim", None) or model_config.hidden_size // model_config.num_attention_heads
@@ -147,13 +173,28 @@ class VLLMEngine:
         return [future.result() for future in futures]
 
     async def _generate_one(self, request: GenerationRequest) -> GenerationOutput:
-        from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
 
         if request.max_new_tokens <= 0:
             return GenerationOutput([], [], "length")
-        params = SamplingParams(
+        if self.sessions and request.cache_key is not None:
+            return await self._session_turn(request)
+        params = self._sampling_params(request, RequestOutputKind.FINAL_ONLY)
+        final = None
+        async for output in self._engine.generate(TokensPrompt(prompt_token_ids=list(request.prompt_ids)),
+                                                  params, request_id=uuid.uuid4().hex):
+            final = output
+        completion = final.outputs[0]
+        self._count(len(request.prompt_ids), final.num_cached_tokens)
+        token_ids = list(completion.token_ids)
+        return GenerationOutput(token_ids, self._logprobs(completion, token_ids), _finish(completion))
+
+    @staticmethod
+    def _sampling_params(request: GenerationRequest, output_kind):
+        from vllm import SamplingParams
+
+        return SamplingParams(
             n=1,
             temperature=request.temperature,
             top_p=request.top_p,
@@ -164,24 +205,103 @@ class VLLMEngine:
             ignore_eos=True,
             logprobs=0,  # the sampled token's logprob only
             detokenize=False,  # the rollout decodes the ids itself
-            output_kind=RequestOutputKind.FINAL_ONLY,
+            output_kind=output_kind,
         )
-        final = None
-        async for output in self._engine.generate(TokensPrompt(prompt_token_ids=list(request.prompt_ids)),
-                                                  params, request_id=uuid.uuid4().hex):
-            final = output
-        completion = final.outputs[0]
-        self.stats["prompt_tokens"] += len(request.prompt_ids)
-        self.stats["cached_prompt_tokens"] += final.num_cached_tokens or 0
-        token_ids = list(completion.token_ids)
-        logprobs = [float(step[token].logprob) for step, token in zip(completion.logprobs, token_ids, strict=True)]
-        finish = "stop" if completion.finish_reason == "stop" else "length"
-        return GenerationOutput(token_ids, logprobs, finish)
+
+    @staticmethod
+    def _logprobs(completion, token_ids: list[int]) -> list[float]:
+        return [float(step[token].logprob) for step, token in zip(completion.logprobs, token_ids, strict=True)]
+
+    def _count(self, prompt_tokens: int, cached_tokens: int | None) -> None:
+        self.stats["prompt_tokens"] += prompt_tokens
+        self.stats["cached_prompt_tokens"] += cached_tokens or 0
+
+    # ------------------------------------------------------------------ sessions (on the engine's loop)
+
+    async def _session_turn(self, request: GenerationRequest) -> GenerationOutput:
+        """Continue the episode's session with the tokens its new prompt adds, or open a session."""
+        from vllm.engine.protocol import StreamingInput
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        key, prompt = request.cache_key, list(request.prompt_ids)
+        session = self._sessions.get(key)
+        if session is not None and (session.turn is not None or len(prompt) <= len(session.tokens)
+                                    or prompt[: len(session.tokens)] != session.tokens):
+            await self._end_session(key)  # not a continuation of this session (or a turn already running)
+            session = None
+        params = self._sampling_params(request, RequestOutputKind.DELTA)
+        if session is None:
+            session = self._sessions[key] = _Session()
+            self.stats["open_sessions"] = len(self._sessions)
+            session.task = asyncio.create_task(self._run_session(key, session, params))
+            chunk = prompt
+        else:
+            # vLLM keeps a finished turn's tokens except the last sampled one (it was never fed to the
+            # model), so the chunk starts with that token again.
+            chunk = prompt[len(session.tokens) - 1:]
+        session.turn = asyncio.get_running_loop().create_future()
+        session.chunks.put_nowait(StreamingInput(TokensPrompt(prompt_token_ids=chunk), params))
+        self._count(len(prompt), len(prompt) - len(chunk))
+        output = await session.turn
+        session.tokens = prompt + output.token_ids
+        return output
+
+    async def _run_session(self, key: str, session: _Session, params) -> None:
+        """Feed the session's chunks to vLLM and hand each finished turn to its future."""
+
+        async def chunks():
+            while (chunk := await session.chunks.get()) is not None:
+                yield chunk
+
+        token_ids: list[int] = []
+        logprobs: list[float] = []
+        first = True
+        try:
+            async for output in self._engine.generate(chunks(), params, request_id=f"{key}-{uuid.uuid4().hex}"):
+                if first:  # the opening prompt may hit the prefix cache (the later chunks are all new)
+                    self.stats["cached_prompt_tokens"] += output.num_cached_tokens or 0
+                    first = False
+                completion = output.outputs[0]
+                new = list(completion.token_ids)
+                token_ids += new
+                logprobs += self._logprobs(completion, new)
+                if completion.finish_reason is not None and session.turn is not None:
+                    session.turn.set_result(GenerationOutput(token_ids, logprobs, _finish(completion)))
+                    session.turn, token_ids, logprobs = None, [], []
+        except BaseException as error:
+            if session.turn is not None and not session.turn.done():
+                session.turn.set_exception(error if isinstance(error, Exception) else RuntimeError("cancelled"))
+            if not isinstance(error, Exception):
+                raise
+        finally:
+            if self._sessions.get(key) is session:
+                del self._sessions[key]
+            self.stats["open_sessions"] = len(self._sessions)
+            if session.turn is not None and not session.turn.done():
+                session.turn.set_exception(RuntimeError(f"vLLM session {key} ended during a turn"))
+
+    async def _end_session(self, key: str) -> None:
+        session = self._sessions.pop(key, None)
+        self.stats["open_sessions"] = len(self._sessions)
+        if session is None:
+            return
+        session.chunks.put_nowait(None)  # the input stream ends; vLLM finishes the request and frees its KV
+        await asyncio.wait([session.task], timeout=30)
+
+    async def _end_all_sessions(self) -> None:
+        await asyncio.gather(*(self._end_session(key) for key in list(self._sessions)))
+
+    def end_session(self, key: str) -> None:
+        """The episode behind `key` is over: release its session (and KV cache) now."""
+        if self.sessions:
+            asyncio.run_coroutine_threadsafe(self._end_session(key), self._loop)
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Replace the weights in place (callers make sure no request is running meanwhile)."""
         from safetensors.torch import save_file
 
+        self._call(self._end_all_sessions())  # their KV was computed with the old weights
         tensors = {name: tensor.detach().to("cpu").contiguous() for name, tensor in state_dict.items()
                    if not (self._tied and name == "lm_head.weight")}  # tied: the embedding is the head
         path = Path(_shm_dir()) / f"userrl-weights-{os.getpid()}-{uuid.uuid4().hex}.safetensors"
@@ -213,6 +333,7 @@ class VLLMEngine:
         """Stop the engine process and the loop thread."""
         engine, self._engine = getattr(self, "_engine", None), None
         if engine is not None:
+            self._call(self._end_all_sessions(), timeout=60)
             engine.shutdown()
         self._stop_loop()
 
