@@ -90,11 +90,13 @@ class EnvRunner:
         index = self.affinity.pop(key, None)
         if index is None:
             return
-        replica = self.replicas[index]
-        if hasattr(replica.end_session, "remote"):
-            replica.end_session.remote(key)  # fire and forget: nothing waits on it
+        end = getattr(self.replicas[index], "end_session", None)  # a replica may keep nothing per episode
+        if end is None:
+            return
+        if hasattr(end, "remote"):
+            end.remote(key)  # fire and forget: nothing waits on it
         else:
-            replica.end_session(key)
+            end(key)
 
     async def run(self, episodes: list[EpisodeSpec], seed: int = 0, temperature: float | None = None) -> list[Trajectory]:
         """Play all episodes concurrently and return their trajectories in order."""
