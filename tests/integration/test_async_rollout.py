@@ -133,3 +133,39 @@ def test_async_run_overlaps_and_stays_one_version_behind(ray_local, tiny_model, 
     assert requests == requests_later == played
     assert (tmp_path / "it" / "checkpoints" / "iter_000003" / "meta.json").is_file()
 
+
+
+
+@pytest.mark.slow
+def test_cancelled_rollout_stops_and_leaves_the_runners_usable(ray_local, tiny_model, tmp_path):
+    """What the loop does when an update fails with a batch in flight: the batch's result says it was
+    cancelled, the replica drops the requests still queued (only the batch on the engine finishes), and the
+    next rollout on the same actors plays normally."""
+    from userrl.coordinator import RolloutCoordinator
+
+    algo = (_config(tmp_path).policy(max_new_tokens=24, max_batch_size=4)
+            .training(batch_size=8, group_size=4).build_algo())  # 32 first turns queue 4 at a time
+    try:
+        coordinator = RolloutCoordinator(algo.config, algo.runners, algo.replicas)
+
+        def served() -> int:
+            return sum(s["requests"] for s in ray.get([r.get_stats.remote() for r in algo.replicas]))
+
+        pending = coordinator.start_rollout(0)
+        while served() == 0:
+            time.sleep(0.02)
+        pending.cancel()
+        with pytest.raises(ray.exceptions.TaskCancelledError):
+            coordinator.gather(pending)
+        stopped, deadline = served(), time.monotonic() + 60
+        while time.sleep(1.0) or served() != stopped:  # quiet for a whole second
+            stopped = served()
+            assert time.monotonic() < deadline
+        assert stopped < 32, stopped  # the queued first turns were never generated
+
+        trajectories, metrics = coordinator.rollout(1)
+        assert len(trajectories) == 32 and metrics["rollout/episodes"] == 32
+        assert not any(t.aborted for t in trajectories)
+        assert served() == stopped + sum(len(t.turns) for t in trajectories)
+    finally:
+        algo.stop()

@@ -167,6 +167,31 @@ def test_episode_turns_continue_one_session_and_match_hf(ray_local, replica, hf_
         ray_local.get(replica.end_session.remote(f"s{i}"))
 
 
+
+def test_cancelled_session_turn_is_aborted(ray_local, replica, hf_engine, chat_ids):
+    """A caller that gives up on a session's turn (a rollout cancelled on error) stops the decoding at once
+    and ends the session; the episode's next request opens a new one with the right answer."""
+    prompt = chat_ids[0][2]
+    stats = ray_local.get(replica.get_stats.remote())
+    long_turn = GenerationRequest(prompt, 400, temperature=0.0, cache_key="cancel")  # no stop token: 400 steps
+    ref = replica.generate.remote(long_turn)
+    while ray_local.get(replica.get_stats.remote())["decoded_tokens"] == stats["decoded_tokens"]:
+        time.sleep(0.05)
+    ray_local.cancel(ref)
+    with pytest.raises(ray_local.exceptions.TaskCancelledError):
+        ray_local.get(ref, timeout=60)
+    deadline = time.monotonic() + 60
+    while ray_local.get(replica.get_stats.remote())["open_sessions"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    after = ray_local.get(replica.get_stats.remote())
+    assert after["open_sessions"] == 0
+    time.sleep(1.0)
+    decoded = ray_local.get(replica.get_stats.remote())["decoded_tokens"] - stats["decoded_tokens"]
+    assert 0 < decoded < 400  # aborted: the turn never ran to its 400 tokens
+    again = GenerationRequest(prompt, 10, temperature=0.0, stop_token_ids=chat_ids[1], cache_key="cancel")
+    assert _served(ray_local, replica, [again])[0].token_ids == hf_engine.generate([again])[0].token_ids
+    ray_local.get(replica.end_session.remote("cancel"))
+
 def test_weight_update_in_place_matches_hf_with_the_same_weights(ray_local, replica, hf_engine, chat_ids):
     original = {k: v.clone() for k, v in hf_engine.model.state_dict().items()}
     requests = _greedy(chat_ids)

@@ -60,6 +60,22 @@ def test_replica_batches_concurrent_requests_and_versions_weights(tiny_model):
     assert float(replica.engine.model.get_input_embeddings().weight.abs().sum()) == 0.0
 
 
+
+def test_replica_skips_requests_whose_caller_gave_up(tiny_model):
+    """A request cancelled while it waits for a batch (a rollout stopped early) is never decoded."""
+    replica = PolicyReplica(tiny_model, num_threads=1)
+
+    async def main():
+        tasks = [asyncio.ensure_future(replica.generate(GenerationRequest(p, 3, seed=1))) for p in PROMPTS]
+        await asyncio.sleep(0)  # all three are queued; the batch is taken after batch_wait_s
+        tasks[1].cancel()
+        return await asyncio.gather(*tasks, return_exceptions=True)
+
+    outs = asyncio.run(main())
+    assert isinstance(outs[1], asyncio.CancelledError)
+    assert len(outs[0].token_ids) == len(outs[2].token_ids) == 3
+    assert replica.get_stats()["requests"] == 2 and replica.get_stats()["generated_tokens"] == 6
+
 def test_prefix_cache_gives_the_same_tokens_as_a_full_prefill(tiny_model):
     """The next turn of an episode reuses the KV of the previous one and samples exactly the same."""
     cached, plain = HFEngine(tiny_model), HFEngine(tiny_model)

@@ -74,7 +74,11 @@ class PolicyReplica:
         loop = asyncio.get_running_loop()
         while self._pending:
             await asyncio.sleep(self.batch_wait_s)  # let near-simultaneous requests join the batch
+            # A caller cancelled while waiting (a rollout stopped early) needs no tokens.
+            self._pending = [(r, f) for r, f in self._pending if not f.done()]
             batch, self._pending = self._pending[: self.max_batch_size], self._pending[self.max_batch_size:]
+            if not batch:
+                continue
             async with self._lock():
                 start = loop.time()
                 try:

@@ -134,8 +134,8 @@ class VLLMEngine:
             args.setdefault("block_size", 32)
         from transformers import AutoConfig
 
-        #: Prompt tokens received and those served from the prefix cache (not recomputed).
-        self.stats = {"prompt_tokens": 0, "cached_prompt_tokens": 0, "open_sessions": 0}
+        #: Prompt tokens received, those served from the prefix cache (not recomputed), tokens decoded.
+        self.stats = {"prompt_tokens": 0, "cached_prompt_tokens": 0, "decoded_tokens": 0, "open_sessions": 0}
         model_config = AutoConfig.from_pretrained(model_path)
         self._tied = bool(getattr(model_config, "tie_word_embeddings", False))
         head_dim = getattr(model_config, "head_dim", None) or model_config.hidden_size // model_config.num_attention_heads
@@ -188,6 +188,7 @@ class VLLMEngine:
         completion = final.outputs[0]
         self._count(len(request.prompt_ids), final.num_cached_tokens)
         token_ids = list(completion.token_ids)
+        self.stats["decoded_tokens"] += len(token_ids)
         return GenerationOutput(token_ids, self._logprobs(completion, token_ids), _finish(completion))
 
     @staticmethod
@@ -243,7 +244,11 @@ class VLLMEngine:
         session.turn = asyncio.get_running_loop().create_future()
         session.chunks.put_nowait(StreamingInput(TokensPrompt(prompt_token_ids=chunk), params))
         self._count(len(prompt), len(prompt) - len(chunk))
-        output = await session.turn
+        try:
+            output = await session.turn
+        except asyncio.CancelledError:  # the caller gave up (a rollout stopped early): vLLM aborts the turn
+            session.task.cancel()
+            raise
         session.tokens = prompt + output.token_ids
         return output
 
@@ -264,6 +269,7 @@ class VLLMEngine:
                     first = False
                 completion = output.outputs[0]
                 new = list(completion.token_ids)
+                self.stats["decoded_tokens"] += len(new)
                 token_ids += new
                 logprobs += self._logprobs(completion, new)
                 if completion.finish_reason is not None and session.turn is not None:
