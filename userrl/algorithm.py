@@ -133,7 +133,7 @@ class GRPOMultiTurn:
     """Runs GRPO-multiturn: env runners and policy replicas as actors, learners as a TorchTrainer group."""
 
     def __init__(self, config: UserRLConfig):
-        self.config = config
+        self.config = config = config.with_absolute_paths()
         self.results: list[dict[str, Any]] = []
         self._owns_ray = False
         self._setup_ray()

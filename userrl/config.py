@@ -226,6 +226,22 @@ class UserRLConfig(_Section):
         """Folder for this run's checkpoints and artifacts."""
         return Path(self.experiment.output_dir) / self.experiment.name
 
+    def with_absolute_paths(self) -> UserRLConfig:
+        """A copy whose folder and file settings are absolute, resolved against this process's folder.
+
+        Ray Train runs each learner in a folder of its own (Train V2: the session's artifacts folder), so
+        a relative `output_dir` would put checkpoints there instead of where the user looks.
+        """
+        def absolute(path: str | None) -> str | None:
+            return None if path is None else str(Path(path).expanduser().resolve())
+
+        config = self.model_copy(deep=True)
+        config.experiment.output_dir = absolute(config.experiment.output_dir)
+        config.env.data_root = absolute(config.env.data_root)
+        config.checkpointing.resume_from = absolute(config.checkpointing.resume_from)
+        config.sft.path = absolute(config.sft.path)
+        return config
+
     def mlflow_uri(self) -> str:
         """Tracking URI: config, then $MLFLOW_TRACKING_URI, then a local sqlite store."""
         if self.tracking.mlflow_uri:

@@ -251,10 +251,9 @@ class Learner:
         return {**means, "trained_tokens": totals["trained_tokens"],
                 "processed_tokens": totals["processed_tokens"], "grad_norm": float(grad_norm)}
 
-    @staticmethod
-    def _all_reduce(values: dict[str, float]) -> dict[str, float]:
-        """Sum scalar metrics over the learner group."""
-        tensor = torch.tensor(list(values.values()), dtype=torch.float64)
+    def _all_reduce(self, values: dict[str, float]) -> dict[str, float]:
+        """Sum scalar metrics over the learner group (on the learner's device: NCCL reduces CUDA tensors only)."""
+        tensor = torch.tensor(list(values.values()), dtype=torch.float64, device=self.device)
         dist.all_reduce(tensor)
         return dict(zip(values, tensor.tolist(), strict=True))
 

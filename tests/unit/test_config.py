@@ -75,3 +75,16 @@ def test_flat_params_are_dotted():
     flat = parse_config({}).flat()
     assert flat["training.lr"] == 1e-6
     assert flat["env.gyms"][0]["name"] == "function"
+
+
+def test_relative_paths_become_absolute_for_the_workers(tmp_path, monkeypatch):
+    """Ray Train runs learners in folders of their own: relative folders are resolved on the driver."""
+    monkeypatch.chdir(tmp_path)
+    config = parse_config({"experiment": {"output_dir": "runs"}, "checkpointing": {"resume_from": "ck/iter_000002"},
+                           "sft": {"path": "~/demos.jsonl"}})
+    absolute = config.with_absolute_paths()
+    assert absolute.experiment.output_dir == str(tmp_path / "runs")
+    assert absolute.checkpointing.resume_from == str(tmp_path / "ck" / "iter_000002")
+    assert absolute.sft.path == str(Path.home() / "demos.jsonl")
+    assert absolute.env.data_root is None
+    assert config.experiment.output_dir == "runs"  # the original is left as it was

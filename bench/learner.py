@@ -1,0 +1,187 @@
+"""Learner throughput: FSDP2 GRPO updates in tokens/s and as a fraction of the device's measured peak.
+
+N learner ranks (`--learners`, one process each: gloo on CPU, NCCL and one GPU each on a GPU machine)
+load the model with userrl's `Learner` (FSDP2 per decoder layer + root) and run GRPO updates on
+synthetic trajectories of fixed shape (`--batch` sequences of `--prompt` prompt tokens then
+`--response` sampled tokens, random ids, rewards 0/1 in groups so every row has an advantage).
+In the same run every rank times a square matmul in the compute dtype (bf16 or fp32) to measure
+the peak the group can reach; model FLOPs per processed token follow PaLM (appendix B):
+6 x (non-embedding parameters) + 12 x layers x width x sequence length, plus the LM head on the
+positions that go through it (the learner computes logits of trained positions only). MFU is
+achieved model FLOP/s over the measured peak. The full-state gather that feeds every weight sync is
+timed too.
+
+    .venv/bin/python bench/learner.py --learners 2 --precision bfloat16       # CPU (2 gloo ranks)
+    .venv/bin/python bench/learner.py --learners 1 --precision bfloat16 --batch 64 --prompt 1024 \\
+        --response 1024 --micro-batch-tokens 16384                             # one GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import time
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def matmul_peak(device, dtype, size: int, repeats: int) -> float:
+    """FLOP/s of one square matmul in `dtype` on `device` (best of `repeats`, after a warm-up)."""
+    import torch
+
+    a = torch.randn(size, size, device=device).to(dtype)
+    b = torch.randn(size, size, device=device).to(dtype)
+    best = float("inf")
+    for i in range(repeats + 1):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        torch.matmul(a, b)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        if i:  # the first call is the warm-up
+            best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best
+
+
+def model_flops_per_update(model_config, rows: int, prompt: int, response: int) -> float:
+    """Training FLOPs (forward + backward) of one update over `rows` sequences of prompt + response tokens."""
+    width, layers = model_config.hidden_size, model_config.num_hidden_layers
+    vocab = model_config.vocab_size
+    head_dim = getattr(model_config, "head_dim", None) or width // model_config.num_attention_heads
+    kv_width = model_config.num_key_value_heads * head_dim
+    per_layer = (2 * width * width + 2 * width * kv_width  # q, o and k, v projections
+                 + 3 * width * model_config.intermediate_size)  # gated MLP
+    seq = prompt + response
+    dense = 6 * layers * per_layer + 12 * layers * width * seq
+    head = 6 * vocab * width  # only on the positions from the first trained token on
+    return rows * (seq * dense + (response + 1) * head)
+
+
+def _trajectories(rows: int, group: int, prompt: int, response: int, vocab: int, seed: int):
+    import random
+
+    from userrl.trajectory import ROLE_IDS, Trajectory, TurnRecord
+
+    rng = random.Random(seed)
+    out = []
+    for i in range(rows):
+        t = Trajectory(uid=f"u{i}", group_id=f"g{i // group}", env_name="bench", item_key=f"g{i // group}",
+                       prompt_len=prompt, turn_starts=[prompt],
+                       turns=[TurnRecord(reward=float(i % 2), executed=True, n_sampled=response)])
+        t.append([rng.randrange(vocab) for _ in range(prompt)], ROLE_IDS["user"])
+        t.append([rng.randrange(vocab) for _ in range(response)], ROLE_IDS["assistant"], sampled=True, turn=0,
+                 logprobs=[-1.0] * response)
+        out.append(t)
+    return out
+
+
+def _rank(rank: int, world: int, port: int, args: argparse.Namespace, results) -> None:
+    import torch
+    import torch.distributed as dist
+    from transformers import AutoConfig, AutoTokenizer
+
+    from userrl.algorithm import GRPOMultiTurnConfig
+    from userrl.learner import Learner
+    from userrl.models import resolve_model
+
+    cuda = torch.cuda.is_available() and not args.cpu
+    if cuda:
+        torch.cuda.set_device(rank)
+    else:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world)
+    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    model_path = resolve_model(args.model)
+    config = (GRPOMultiTurnConfig()
+              .policy(model=args.model)
+              .training(batch_size=args.batch // args.group, group_size=args.group, lr=1e-6,
+                        micro_batch_tokens=args.micro_batch_tokens)
+              .learners(num_learners=world, precision=args.precision, use_gpu=cuda,
+                        gradient_checkpointing=args.gradient_checkpointing)
+              .to_config())
+    dtype = torch.bfloat16 if args.precision == "bfloat16" else torch.float32
+    dist.barrier()
+    peak = matmul_peak(device, dtype, args.matmul_size or (8192 if cuda else 2048), 10 if cuda else 5)
+    learner = Learner(model_path, config, AutoTokenizer.from_pretrained(model_path).pad_token_id)
+    model_config = AutoConfig.from_pretrained(model_path)
+    trajectories = _trajectories(args.batch, args.group, args.prompt, args.response, model_config.vocab_size, 0)
+    advantages, _ = learner.compute_advantages(trajectories)
+    seconds, metrics = [], {}
+    for step in range(args.warmup + args.updates):
+        if cuda:
+            torch.cuda.synchronize()
+        dist.barrier()
+        start = time.perf_counter()
+        metrics = learner.update(trajectories, advantages)
+        if cuda:
+            torch.cuda.synchronize()
+        if step >= args.warmup:
+            seconds.append(time.perf_counter() - start)
+    gather = []
+    for _ in range(2):
+        start = time.perf_counter()
+        learner.full_state_dict()
+        gather.append(time.perf_counter() - start)
+    peaks = [None] * world
+    dist.all_gather_object(peaks, peak)
+    if rank == 0:
+        results.put({"peak": sum(peaks), "seconds": seconds, "metrics": metrics, "gather": gather,
+                     "flops": model_flops_per_update(model_config, args.batch, args.prompt, args.response),
+                     "device": torch.cuda.get_device_name(0) if cuda else f"CPU, {os.cpu_count()} cores",
+                     "memory_gb": torch.cuda.max_memory_allocated() / 2**30 if cuda else None})
+    dist.destroy_process_group()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--learners", type=int, default=2)
+    parser.add_argument("--precision", default="bfloat16", choices=["bfloat16", "float32"])
+    parser.add_argument("--batch", type=int, default=16, help="sequences per update")
+    parser.add_argument("--group", type=int, default=4, help="rollouts per task (advantage groups)")
+    parser.add_argument("--prompt", type=int, default=256)
+    parser.add_argument("--response", type=int, default=128)
+    parser.add_argument("--micro-batch-tokens", type=int, default=2048)
+    parser.add_argument("--gradient-checkpointing", action="store_true")
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--updates", type=int, default=3)
+    parser.add_argument("--matmul-size", type=int, default=0, help="peak probe size (0: 8192 on GPU, 2048 on CPU)")
+    parser.add_argument("--cpu", action="store_true", help="stay on the CPU even where a GPU exists")
+    args = parser.parse_args()
+    if args.batch % args.group:
+        parser.error("--batch must be a multiple of --group")
+    import torch
+    import torch.multiprocessing as mp
+
+    context = mp.get_context("spawn")
+    results = context.SimpleQueue()
+    mp.start_processes(_rank, args=(args.learners, _free_port(), args, results), nprocs=args.learners,
+                       join=True, start_method="spawn")
+    r = results.get()
+    median = statistics.median(r["seconds"])
+    processed = r["metrics"]["processed_tokens"]
+    achieved = r["flops"] / median
+    print(f"\nmodel {args.model}, {r['device']}, torch {torch.__version__}; {args.batch} sequences x "
+          f"({args.prompt} prompt + {args.response} sampled) tokens per update, micro-batches of "
+          f"{args.micro_batch_tokens} tokens, {args.updates} timed updates after {args.warmup} warm-up\n")
+    print("| learners | precision | processed tokens/update | s/update (median) | tokens/s | model TFLOP/s "
+          "| measured peak TFLOP/s | MFU | full-state gather s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    print(f"| {args.learners} | {args.precision} | {processed:.0f} | {median:.2f} | {processed / median:.0f} "
+          f"| {achieved / 1e12:.3f} | {r['peak'] / 1e12:.3f} | {achieved / r['peak']:.3f} "
+          f"| {statistics.median(r['gather']):.2f} |")
+    print(f"\nupdate seconds: {', '.join(f'{s:.2f}' for s in r['seconds'])}; "
+          f"loss {r['metrics']['loss']:.4f}, grad norm {r['metrics']['grad_norm']:.3f}"
+          + (f"; peak GPU memory {r['memory_gb']:.1f} GiB" if r["memory_gb"] is not None else ""))
+
+
+if __name__ == "__main__":
+    main()
