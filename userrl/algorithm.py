@@ -129,6 +129,12 @@ def _ray_cpus(config: UserRLConfig) -> int:
     return max(os.cpu_count() or 1, math.ceil(needed))
 
 
+def learner_resources(config: UserRLConfig) -> dict[str, float]:
+    """Ray resources of one learner (Ray Train reserves a whole GPU per worker unless told otherwise)."""
+    lc = config.learners
+    return {"CPU": lc.num_cpus_per_learner, **({"GPU": lc.num_gpus_per_learner} if lc.use_gpu else {})}
+
+
 class GRPOMultiTurn:
     """Runs GRPO-multiturn: env runners and policy replicas as actors, learners as a TorchTrainer group."""
 
@@ -204,7 +210,7 @@ class GRPOMultiTurn:
             train_loop_config={"config": config.model_dump(mode="json"), "model_path": self.model_path,
                                "runners": self.runners, "replicas": self.replicas, "results": results_queue},
             scaling_config=ScalingConfig(num_workers=lc.num_learners, use_gpu=lc.use_gpu,
-                                         resources_per_worker={"CPU": lc.num_cpus_per_learner}),
+                                         resources_per_worker=learner_resources(config)),
             run_config=RunConfig(name=config.experiment.name,
                                  storage_path=str((config.run_dir / "ray_train").resolve())),
         )

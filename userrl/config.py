@@ -161,6 +161,9 @@ class LearnerConfig(_Section):
     num_learners: int = Field(2, ge=1)
     num_cpus_per_learner: float = Field(1.0, gt=0)
     use_gpu: bool = False
+    num_gpus_per_learner: float = Field(
+        1.0, gt=0, description="GPUs per learner when use_gpu (a fraction shares a GPU with policy replicas: "
+        "e.g. 0.5 each, with policy.vllm.sleep_mode so the replica frees its memory during the update).")
     precision: Literal["float32", "bfloat16"] = Field(
         "float32", description="bfloat16: autocast on CPU, FSDP mixed precision on GPU (fp32 master weights)."
     )

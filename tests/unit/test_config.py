@@ -88,3 +88,13 @@ def test_relative_paths_become_absolute_for_the_workers(tmp_path, monkeypatch):
     assert absolute.sft.path == str(Path.home() / "demos.jsonl")
     assert absolute.env.data_root is None
     assert config.experiment.output_dir == "runs"  # the original is left as it was
+
+
+def test_learners_sharing_a_gpu_reserve_their_fraction():
+    """Ray Train would reserve a whole GPU per learner; colocating with a vLLM replica needs a fraction."""
+    from userrl.algorithm import learner_resources
+
+    assert learner_resources(GRPOMultiTurnConfig().to_config()) == {"CPU": 1.0}
+    shared = load_config(EXPERIMENTS / "gpu.yaml")
+    assert learner_resources(shared) == {"CPU": 1.0, "GPU": 0.5}
+    assert shared.learners.num_gpus_per_learner + shared.policy.num_gpus_per_replica == 1.0
