@@ -84,10 +84,11 @@ class PolicyConfig(_Section):
     )
     vllm: dict[str, Any] = Field(
         default_factory=dict,
-        description="vllm engine settings: kv_cache_gib (CPU KV cache, 2.0), gpu_memory_utilization (GPU, 0.5), "
-        "enable_prefix_caching (true), sessions (true: an episode's turns continue one vLLM request, KV kept), "
-        "sleep_mode (GPU, false), enforce_eager (false), seed (0); any other "
-        "vLLM engine argument passes through. dtype, max_model_len and max_batch_size come from this section.",
+        description="vllm engine settings: kv_cache_gib (CPU KV cache; null = room for max_batch_size sequences "
+        "of max_model_len tokens, at most 2.0), gpu_memory_utilization (GPU, 0.5), enable_prefix_caching (true), "
+        "sessions (true: an episode's turns continue one vLLM request, KV kept), sleep_mode (GPU, false), "
+        "enforce_eager (false), seed (0); any other vLLM engine argument passes through. dtype, max_model_len "
+        "and max_batch_size come from this section.",
     )
     num_replicas: int = Field(1, ge=1)
     num_cpus_per_replica: float = Field(0.5, ge=0)

