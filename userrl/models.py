@@ -111,7 +111,7 @@ def resolve_model(name: str) -> str:
         return str(target)
     path = Path(name).expanduser()
     if (path / "config.json").is_file():
-        return str(path)
+        return str(path.resolve())  # actors and learners may run in other folders
     raise FileNotFoundError(
         f"policy.model={name!r} is neither a known model ({', '.join(_BUILDERS)}) nor a local Hugging Face "
         "folder with a config.json (this machine has no network access to download models)"

@@ -36,3 +36,10 @@ def test_concurrent_starts_build_once(tiny_model, tmp_path):
     assert paths == {str(tmp_path / "tiny-random")}
     assert json.loads((tmp_path / "tiny-random" / "config.json").read_text())["num_hidden_layers"] == 2
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tiny-random")] == []
+
+
+def test_a_relative_folder_becomes_absolute(tiny_model, monkeypatch):
+    """Learners run in folders of their own (Ray Train), so a relative model folder is resolved first."""
+    folder = Path(tiny_model)
+    monkeypatch.chdir(folder.parent)
+    assert resolve_model(folder.name) == str(folder.resolve())
