@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import socket
 import statistics
 import time
@@ -130,10 +131,11 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, results) -
         start = time.perf_counter()
         learner.full_state_dict()
         gather.append(time.perf_counter() - start)
-    peaks = [None] * world
+    peaks, rss = [None] * world, [None] * world
     dist.all_gather_object(peaks, peak)
+    dist.all_gather_object(rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)  # KiB -> GiB
     if rank == 0:
-        results.put({"peak": sum(peaks), "seconds": seconds, "metrics": metrics, "gather": gather,
+        results.put({"peak": sum(peaks), "seconds": seconds, "metrics": metrics, "gather": gather, "rss_gb": max(rss),
                      "flops": model_flops_per_update(model_config, args.batch, args.prompt, args.response),
                      "device": torch.cuda.get_device_name(0) if cuda else f"CPU, {os.cpu_count()} cores",
                      "memory_gb": torch.cuda.max_memory_allocated() / 2**30 if cuda else None})
@@ -173,11 +175,11 @@ def main() -> None:
           f"({args.prompt} prompt + {args.response} sampled) tokens per update, micro-batches of "
           f"{args.micro_batch_tokens} tokens, {args.updates} timed updates after {args.warmup} warm-up\n")
     print("| learners | precision | processed tokens/update | s/update (median) | tokens/s | model TFLOP/s "
-          "| measured peak TFLOP/s | MFU | full-state gather s |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| measured peak TFLOP/s | MFU | full-state gather s | peak RSS per rank GiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     print(f"| {args.learners} | {args.precision} | {processed:.0f} | {median:.2f} | {processed / median:.0f} "
           f"| {achieved / 1e12:.3f} | {r['peak'] / 1e12:.3f} | {achieved / r['peak']:.3f} "
-          f"| {statistics.median(r['gather']):.2f} |")
+          f"| {statistics.median(r['gather']):.2f} | {r['rss_gb']:.2f} |")
     print(f"\nupdate seconds: {', '.join(f'{s:.2f}' for s in r['seconds'])}; "
           f"loss {r['metrics']['loss']:.4f}, grad norm {r['metrics']['grad_norm']:.3f}"
           + (f"; peak GPU memory {r['memory_gb']:.1f} GiB" if r["memory_gb"] is not None else ""))

@@ -33,7 +33,7 @@ def _batch(length: int = 32) -> list[Trajectory]:
 
 
 def _update_loop(loop_config):
-    config = parse_config({"training": {"lr": 1e-3, "micro_batch_tokens": 64}})
+    config = parse_config({"training": {"lr": 1e-3, "micro_batch_tokens": 64}, "learners": loop_config["learners"]})
     learner = Learner(loop_config["model"], config, pad_token_id=0)
     local = sum(p.to_local().numel() for p in learner.model.parameters())
     total = sum(p.numel() for p in learner.model.parameters())
@@ -49,8 +49,8 @@ def _update_loop(loop_config):
             json.dump({"fractions": fractions, "metrics": metrics}, f)
 
 
-def _run(model, out, workers):
-    TorchTrainer(_update_loop, train_loop_config={"model": model, "out": out},
+def _run(model, out, workers, **learners):
+    TorchTrainer(_update_loop, train_loop_config={"model": model, "out": out, "learners": learners},
                  scaling_config=ScalingConfig(num_workers=workers, resources_per_worker={"CPU": 1})).fit()
     return torch.load(out + ".pt"), json.load(open(out + ".json"))
 
@@ -68,6 +68,11 @@ def test_two_learners_shard_and_match_one(ray_local, tiny_model, tmp_path):
         moved += int(not torch.equal(one_state[key], original[key]))
     assert moved > 0  # the update changed the weights
     assert one["metrics"]["loss"] == pytest.approx(two["metrics"]["loss"], abs=1e-5)
+    # Gradient checkpointing recomputes the same forward in the backward pass: the same update.
+    recomputed_state, recomputed = _run(tiny_model, str(tmp_path / "ckpt"), 2, gradient_checkpointing=True)
+    for key in one_state:
+        torch.testing.assert_close(one_state[key], recomputed_state[key], atol=2e-6, rtol=1e-5)
+    assert one["metrics"]["loss"] == pytest.approx(recomputed["metrics"]["loss"], abs=1e-5)
 
 
 def _free_port() -> int:
