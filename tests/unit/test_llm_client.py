@@ -219,8 +219,9 @@ def test_slow_reply_times_out_per_attempt(server: ScriptedServer) -> None:
 
 
 def test_slow_reply_then_fast_reply(server: ScriptedServer) -> None:
-    server.script.extend([Reply('{"late": true}', delay_s=5.0), Reply('{"late": false}')])
-    value, call = call_json(make_client(server.base_url, timeout_s=0.25, attempts=2))
+    # A timeout with room for a fast reply on a loaded 2-core machine (0.25 s once timed out the fast one too).
+    server.script.extend([Reply('{"late": true}', delay_s=10.0), Reply('{"late": false}')])
+    value, call = call_json(make_client(server.base_url, timeout_s=2.0, attempts=2))
     assert value == {"late": False} and call.ok and call.attempts == 2
 
 
