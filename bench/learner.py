@@ -53,10 +53,11 @@ def matmul_peak(device, dtype, size: int, repeats: int) -> float:
 
 def model_flops_per_update(model_config, rows: int, prompt: int, response: int) -> float:
     """Training FLOPs (forward + backward) of one update over `rows` sequences of prompt + response tokens."""
+    from userrl.models import head_dim
+
     width, layers = model_config.hidden_size, model_config.num_hidden_layers
     vocab = model_config.vocab_size
-    head_dim = getattr(model_config, "head_dim", None) or width // model_config.num_attention_heads
-    kv_width = model_config.num_key_value_heads * head_dim
+    kv_width = model_config.num_key_value_heads * head_dim(model_config)
     per_layer = (2 * width * width + 2 * width * kv_width  # q, o and k, v projections
                  + 3 * width * model_config.intermediate_size)  # gated MLP
     seq = prompt + response
@@ -83,14 +84,13 @@ def _trajectories(rows: int, group: int, prompt: int, response: int, vocab: int,
     return out
 
 
-def _rank(rank: int, world: int, port: int, args: argparse.Namespace, results) -> None:
+def _rank(rank: int, world: int, port: int, model_path: str, args: argparse.Namespace, results) -> None:
     import torch
     import torch.distributed as dist
     from transformers import AutoConfig, AutoTokenizer
 
     from userrl.algorithm import GRPOMultiTurnConfig
     from userrl.learner import Learner
-    from userrl.models import resolve_model
 
     cuda = torch.cuda.is_available() and not args.cpu
     if cuda:
@@ -100,7 +100,6 @@ def _rank(rank: int, world: int, port: int, args: argparse.Namespace, results) -
     dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world)
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
-    model_path = resolve_model(args.model)
     config = (GRPOMultiTurnConfig()
               .policy(model=args.model)
               .training(batch_size=args.batch // args.group, group_size=args.group, lr=1e-6,
@@ -163,9 +162,12 @@ def main() -> None:
     import torch
     import torch.multiprocessing as mp
 
+    from userrl.models import resolve_model
+
+    model_path = resolve_model(args.model)  # once, before the ranks start (a first run converts the GGUF)
     context = mp.get_context("spawn")
     results = context.SimpleQueue()
-    mp.start_processes(_rank, args=(args.learners, _free_port(), args, results), nprocs=args.learners,
+    mp.start_processes(_rank, args=(args.learners, _free_port(), model_path, args, results), nprocs=args.learners,
                        join=True, start_method="spawn")
     r = results.get()
     median = statistics.median(r["seconds"])

@@ -92,6 +92,11 @@ def _build_tiny_random(target: Path) -> None:
 _BUILDERS = {SMOLLM2: _convert_smollm2, TINY_RANDOM: _build_tiny_random}
 
 
+def head_dim(model_config) -> int:
+    """Attention head size of a transformers model config (explicit, or width / heads)."""
+    return getattr(model_config, "head_dim", None) or model_config.hidden_size // model_config.num_attention_heads
+
+
 def resolve_model(name: str) -> str:
     """Return a local Hugging Face folder for a model name, converting and caching it once."""
     if name in _BUILDERS:

