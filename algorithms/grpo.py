@@ -69,12 +69,18 @@ def trajectory_score(
     if method == "mean":
         if len(rewards) == 0:
             return 0.0
-        score = math.fsum(rewards) / len(rewards)
+        # The original's round(sum(r) / K, 4), summed as its Python (3.12) sums: see _python_sum.
+        score = _python_sum(rewards) / len(rewards)
         # Rounded as in the original, so ties within a group (and hence zero-signal groups) match UserRL.
         return round(score, mean_score_round) if mean_score_round is not None else score
     if method == "sum":
-        return math.fsum(rewards)
-    return math.fsum(gamma**k * r for k, r in enumerate(rewards))
+        return _python_sum(rewards)
+    # The original's recursion, last turn first: s = r_k + gamma * s (the same float operations, so the
+    # same bits, which matters for exact ties within a group).
+    score = 0.0
+    for reward in reversed(rewards):
+        score = float(reward) + gamma * score
+    return score
 
 
 def turn_credits(rewards: Sequence[float], method: str = "equalized", gamma: float = 0.8) -> list[float]:
@@ -221,6 +227,31 @@ def grpo_multiturn_advantages(
     credits = [turn_credits(r, config.turn_credit, config.gamma) for r in turn_rewards]
     advantages = broadcast_advantages(loss_mask, turn_ids, credits, z)
     return advantages, group_statistics(scores, group_ids, z)
+
+
+def _python_sum(values: Sequence[float]) -> float:
+    """``sum(values)`` as CPython >= 3.12 computes it over floats: Neumaier-compensated, not left to right.
+
+    The mean score is ``round(sum(r) / K, 4)`` in the original UserRL, which was run on Python 3.12
+    (its README: ``conda create -n userrl python=3.12``). From 3.12 on, builtin ``sum`` compensates
+    float rounding (gh-100425); Python 3.11's is a plain left-to-right fold, whose last bit moves the
+    4th decimal in about 1% of realistic reward lists (e.g. 16 turns summing to 5.1: 0.3187 here and on
+    3.12, 0.3188 on 3.11). Spelled out here so the score is the same whatever Python runs this project
+    (>= 3.11). ``math.fsum`` (correctly rounded) agrees on realistic lists but not bit for bit.
+    """
+    total = compensation = 0.0
+    for value in values:
+        value = float(value)
+        partial = total + value
+        if abs(total) >= abs(value):
+            compensation += (total - partial) + value
+        else:
+            compensation += (value - partial) + total
+        total = partial
+    # CPython's guard: keep the sign of a -0.0 sum and never turn an overflowed sum into NaN.
+    if compensation and math.isfinite(compensation):
+        total += compensation
+    return total
 
 
 def _group_members(group_ids: Sequence[str]) -> dict[str, list[int]]:

@@ -87,28 +87,53 @@ def _check_temperature(temperature: float) -> None:
 # ---------------------------------------------------------------------------------------------------
 
 
-def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str = "token-mean") -> torch.Tensor:
-    """Reduce per-token values [..., T] over a 0/1 mask to a scalar; an all-zero mask gives 0, not NaN."""
-    if mode not in AGG_MODES:
-        raise ValueError(f"unknown loss aggregation {mode!r}; valid: {', '.join(AGG_MODES)}")
+def aggregate(
+    values: torch.Tensor, mask: torch.Tensor, mode: str = "token-mean", denominator: float | None = None
+) -> torch.Tensor:
+    """Reduce per-token values [..., T] over a 0/1 mask to a scalar; an all-zero mask gives 0, not NaN.
+
+    The terms are the mask-1 token values (``token-mean``), the per-sequence token means
+    (``seq-mean-token-mean``) or the per-sequence token sums (``seq-mean-token-sum``). By default their
+    sum is divided by their number in this batch (``aggregation_count``). An explicit ``denominator``
+    replaces that number: with the count of the whole batch, the pieces of a batch cut into micro-batches
+    sum exactly to the aggregate of the whole.
+    """
+    _check_mode(mode)
     if values.shape != mask.shape:
         raise ValueError(
             f"values {tuple(values.shape)} and mask {tuple(mask.shape)} must have the same shape"
         )
+    if denominator is not None and not denominator > 0:
+        raise ValueError(f"denominator must be > 0, got {denominator}")
     keep = mask != 0
     # where(), not multiplication: padding positions may hold inf/NaN, and 0 * inf is NaN.
     masked = torch.where(keep, values, torch.zeros_like(values))
     counts = keep.sum(dim=-1).to(values.dtype)
 
     if mode == "token-mean":
-        return masked.sum() / counts.sum().clamp(min=1)
+        total, count = masked.sum(), counts.sum()
+    else:
+        per_seq = masked.sum(dim=-1)
+        if mode == "seq-mean-token-mean":
+            per_seq = per_seq / counts.clamp(min=1)
+        # Sequences without loss tokens (padding rows of a micro-batch) are not counted in the mean.
+        total, count = per_seq.sum(), (counts > 0).sum().to(values.dtype)
+    if denominator is not None:
+        return total / denominator
+    return total / count.clamp(min=1)
 
-    per_seq = masked.sum(dim=-1)
-    if mode == "seq-mean-token-mean":
-        per_seq = per_seq / counts.clamp(min=1)
-    # Sequences without loss tokens (padding rows of a micro-batch) are not counted in the mean.
-    has_tokens = counts > 0
-    return per_seq.sum() / has_tokens.sum().clamp(min=1).to(values.dtype)
+
+def aggregation_count(mask: torch.Tensor, mode: str = "token-mean") -> float:
+    """How many terms ``aggregate`` averages over ``mask``: mask-1 tokens (``token-mean``) or sequences
+    with at least one mask-1 token (``seq-mean-*``)."""
+    _check_mode(mode)
+    keep = mask != 0
+    return float(keep.sum()) if mode == "token-mean" else float(keep.reshape(-1, keep.shape[-1]).any(-1).sum())
+
+
+def _check_mode(mode: str) -> None:
+    if mode not in AGG_MODES:
+        raise ValueError(f"unknown loss aggregation {mode!r}; valid: {', '.join(AGG_MODES)}")
 
 
 def masked_token_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -130,8 +155,12 @@ def policy_loss(
     clip_ratio_high: float = 0.2,
     clip_ratio_c: float = 3.0,
     agg: str = "token-mean",
+    denominator: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """PPO clipped surrogate with dual clip, aggregated over the mask; metrics are detached scalars."""
+    """PPO clipped surrogate with dual clip, aggregated over the mask; metrics are detached scalars.
+
+    ``denominator``: see ``aggregate`` (the metrics stay means over this batch's mask).
+    """
     if clip_ratio_c <= 1.0:
         raise ValueError(
             f"clip_ratio_c must be > 1 so the dual clip only bounds large losses, got {clip_ratio_c}"
@@ -153,7 +182,7 @@ def policy_loss(
             "pg_clipfrac_dual": masked_token_mean(dual_clipped.float(), mask),
             "approx_kl": masked_token_mean(old_logp - logp, mask),
         }
-    return aggregate(per_token, mask, agg), metrics
+    return aggregate(per_token, mask, agg, denominator), metrics
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -177,6 +206,8 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "low_var_
     return torch.clamp(torch.exp(d) - d - 1.0, -_MAX_LOW_VAR_KL, _MAX_LOW_VAR_KL)
 
 
-def sft_loss(logp: torch.Tensor, mask: torch.Tensor, agg: str = "token-mean") -> torch.Tensor:
-    """Negative log-likelihood of the mask-1 (assistant) tokens."""
-    return aggregate(-logp, mask, agg)
+def sft_loss(
+    logp: torch.Tensor, mask: torch.Tensor, agg: str = "token-mean", denominator: float | None = None
+) -> torch.Tensor:
+    """Negative log-likelihood of the mask-1 (assistant) tokens (``denominator``: see ``aggregate``)."""
+    return aggregate(-logp, mask, agg, denominator)

@@ -37,6 +37,7 @@ from userrl.algorithms import (
     token_entropy,
     token_logprobs,
 )
+from userrl.algorithms.loss import aggregation_count
 from userrl.batch import TensorBatch, collate, plan_micro_batches
 from userrl.config import UserRLConfig
 from userrl.trajectory import Trajectory
@@ -191,11 +192,54 @@ class Learner:
 
     def _step(self, trajectories: list[Trajectory], advantages: list[torch.Tensor] | None,
               old: list[torch.Tensor] | None) -> dict[str, float]:
+        sums = self._accumulate_gradients(trajectories, advantages, old)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.training.grad_clip)
+        if hasattr(grad_norm, "full_tensor"):
+            grad_norm = grad_norm.full_tensor()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        totals = self._all_reduce(sums)
+        tokens = max(totals["trained_tokens"], 1.0)
+        # The loss is already the mini-batch's (its micro-batch shares summed over ranks); the other
+        # metrics are token means over the whole mini-batch.
+        means = {k: v / tokens for k, v in totals.items() if k != "loss" and not k.endswith("_tokens")}
+        return {"loss": totals["loss"], **means, "trained_tokens": totals["trained_tokens"],
+                "processed_tokens": totals["processed_tokens"], "grad_norm": float(grad_norm)}
+
+    def loss_and_gradients(self, trajectories: list[Trajectory], advantages: list[torch.Tensor] | None = None
+                           ) -> tuple[float, dict[str, torch.Tensor]]:
+        """One mini-batch's loss and the full gradient `update` would step on (on policy: ratio 1), unclipped.
+
+        For tests and diagnostics. Collective: every rank calls it with the same trajectories and gets
+        the loss and {parameter name: full CPU tensor}; no gradient is left behind, the weights do not change.
+        """
+        self.optimizer.zero_grad(set_to_none=True)
+        sums = self._accumulate_gradients(trajectories, advantages, None)
+        grads = {}
+        for name, param in self.model.named_parameters():
+            if param.grad is not None:
+                grad = param.grad
+                grads[name] = (grad.full_tensor() if hasattr(grad, "full_tensor") else grad).detach().cpu()
+        self.optimizer.zero_grad(set_to_none=True)
+        return self._all_reduce({"loss": sums["loss"]})["loss"], grads
+
+    def _accumulate_gradients(self, trajectories: list[Trajectory], advantages: list[torch.Tensor] | None,
+                              old: list[torch.Tensor] | None) -> dict[str, float]:
+        """Forward and backward of this rank's micro-batches of one mini-batch; returns this rank's metric sums.
+
+        The gradient is that of one loss over the whole mini-batch, whatever the ranks and micro-batch cuts:
+        every rank holds all of it, so each micro-batch divides its sum of terms (tokens, or per-sequence
+        means/sums) by the mini-batch's count of them, and the micro-batches' losses add up to the mini-batch
+        loss (an empty padding micro-batch adds 0). FSDP2 then averages the gradients over ranks
+        (reduce-scatter with ReduceOp.AVG), so each rank scales its share by the world size to make it a sum.
+        """
         tc = self.config.training
         lengths = [len(t.input_ids) for t in trajectories]
         plan = plan_micro_batches(len(trajectories), lengths, self.world_size, tc.micro_batch_tokens)[self.rank]
+        mask_all = collate(trajectories, self.pad_token_id).loss_mask[:, 1:]
+        denominator = max(aggregation_count(mask_all, tc.loss_agg_mode), 1.0)
         sums = dict.fromkeys(("loss", "pg_clipfrac", "approx_kl", "importance_ratio_mean", "entropy",
-                              "sampler_logprob_gap", "micro_batches", "trained_tokens", "processed_tokens"), 0.0)
+                              "sampler_logprob_gap", "trained_tokens", "processed_tokens"), 0.0)
         # SFT is plain cross-entropy on demonstrations (T = 1); RL terms use the sampling temperature.
         temperature = 1.0 if advantages is None else self.temperature
         for micro in plan:
@@ -204,7 +248,7 @@ class Learner:
             need_entropy = advantages is not None and tc.entropy_coeff > 0
             logp, entropy = self._forward(self.model, batch, need_entropy, temperature)
             if advantages is None:
-                loss = sft_loss(logp, mask, tc.loss_agg_mode)
+                loss = sft_loss(logp, mask, tc.loss_agg_mode, denominator)
                 stats: dict[str, torch.Tensor] = {}
             else:
                 adv = torch.zeros_like(logp)
@@ -214,7 +258,7 @@ class Learner:
                     if old is not None:
                         old_logp[row, : lengths[i] - 1] = old[i].to(self.device)
                 loss, stats = policy_loss(logp, old_logp, adv, mask, tc.clip_ratio_low, tc.clip_ratio_high,
-                                          tc.clip_ratio_c, tc.loss_agg_mode)
+                                          tc.clip_ratio_c, tc.loss_agg_mode, denominator)
                 with torch.no_grad():
                     stats["importance_ratio_mean"] = masked_token_mean(
                         torch.exp(torch.clamp(logp - old_logp, max=20.0)), mask)
@@ -222,34 +266,24 @@ class Learner:
                     with torch.no_grad():
                         ref_logp, _ = self._forward(self.reference, batch, temperature=temperature)
                     loss = loss + tc.kl_loss_coef * aggregate(kl_penalty(logp, ref_logp, tc.kl_loss_type),
-                                                              mask, tc.loss_agg_mode)
+                                                              mask, tc.loss_agg_mode, denominator)
                 if entropy is not None:
-                    loss = loss - tc.entropy_coeff * aggregate(entropy, mask, tc.loss_agg_mode)
-            (loss / len(plan)).backward()
+                    loss = loss - tc.entropy_coeff * aggregate(entropy, mask, tc.loss_agg_mode, denominator)
+            (loss * self.world_size).backward()
             if not micro:
                 continue  # an empty micro-batch only keeps the collectives in step
-            n = max(float(mask.sum()), 1.0)
+            n = float(mask.sum())
             sums["loss"] += float(loss.detach())
-            sums["pg_clipfrac"] += float(stats.get("pg_clipfrac", 0.0))
-            sums["approx_kl"] += float(stats.get("approx_kl", 0.0))
-            sums["importance_ratio_mean"] += float(stats.get("importance_ratio_mean", 0.0))
+            # Token sums of the per-micro-batch token means; _step divides by the mini-batch's tokens.
+            for key in ("pg_clipfrac", "approx_kl", "importance_ratio_mean"):
+                sums[key] += float(stats.get(key, 0.0)) * n
             if entropy is not None:
-                sums["entropy"] += float((entropy.detach() * mask).sum()) / n
+                sums["entropy"] += float((entropy.detach() * mask).sum())
             gap = (batch.sampler_logprobs[:, 1:].to(self.device) - logp.detach()).abs() * mask
-            sums["sampler_logprob_gap"] += float(gap.sum()) / n
-            sums["micro_batches"] += 1
-            sums["trained_tokens"] += float(mask.sum())
+            sums["sampler_logprob_gap"] += float(gap.sum())
+            sums["trained_tokens"] += n
             sums["processed_tokens"] += float(batch.attention_mask.sum())
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), tc.grad_clip)
-        if hasattr(grad_norm, "full_tensor"):
-            grad_norm = grad_norm.full_tensor()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        totals = self._all_reduce(sums)
-        count = max(totals.pop("micro_batches"), 1.0)
-        means = {k: v / count for k, v in totals.items() if not k.endswith("_tokens")}
-        return {**means, "trained_tokens": totals["trained_tokens"],
-                "processed_tokens": totals["processed_tokens"], "grad_norm": float(grad_norm)}
+        return sums
 
     def _all_reduce(self, values: dict[str, float]) -> dict[str, float]:
         """Sum scalar metrics over the learner group (on the learner's device: NCCL reduces CUDA tensors only)."""
