@@ -10,6 +10,7 @@ from userrl.envs.registry import (
     make_solver,
     register_gym,
 )
+from userrl.envs.solving import UngroundedTask
 
 discover_gyms()
 
@@ -19,6 +20,7 @@ __all__ = [
     "MultiTurnEnv",
     "StepResult",
     "Task",
+    "UngroundedTask",
     "load_tasks",
     "make_env",
     "make_solver",

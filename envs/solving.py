@@ -7,6 +7,10 @@ from typing import Protocol
 from userrl.envs.base import MultiTurnEnv, Task, tool_call_to_action
 
 
+class UngroundedTask(Exception):
+    """A solver cannot reach this task's answer from what the agent would see; it writes no demonstration."""
+
+
 class Solver(Protocol):
     """A scripted solver: the next (choice, content) given the last feedback (None before the first step)."""
 

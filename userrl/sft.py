@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from userrl.chat import ChatFormat
-from userrl.envs import Task, make_env, make_solver, tool_call_to_action
+from userrl.envs import Task, UngroundedTask, make_env, make_solver, tool_call_to_action
 from userrl.trajectory import ROLE_IDS, Trajectory, TurnRecord
 
 
@@ -51,12 +51,34 @@ def trajectory_from_messages(messages: list[dict[str, str]], chat: ChatFormat, u
 
 def solver_demonstrations(tasks: list[Task], chat: ChatFormat, episodes: int, seed: int = 0,
                           max_turns: int = 16, env_kwargs: dict[str, Any] | None = None) -> list[Trajectory]:
-    """Play `episodes` tasks (cycling) with each gym's privileged scripted solver."""
+    """Play `episodes` tasks (cycling) with each gym's scripted solver; tasks it cannot ground are skipped."""
     rng = np.random.default_rng(seed)
-    demos = []
-    for n in range(episodes):
-        task = tasks[n % len(tasks)]
-        env = make_env(task.gym, task, **(env_kwargs or {}).get(task.gym, {}))
+    demos: list[Trajectory] = []
+    grounded = [True] * len(tasks)
+    n = 0
+    while len(demos) < episodes:
+        if not any(grounded):
+            raise ValueError(f"no task of {sorted({t.gym for t in tasks})} has a grounded demonstration "
+                             "(every solver raised UngroundedTask); choose other gyms or levels for sft")
+        index = n % len(tasks)
+        n += 1
+        if not grounded[index]:
+            continue
+        task = tasks[index]
+        try:
+            messages = _solver_messages(task, chat, rng, max_turns, (env_kwargs or {}).get(task.gym, {}))
+        except UngroundedTask:
+            grounded[index] = False  # the transcript cannot justify an answer: no demonstration of it
+            continue
+        demos.append(trajectory_from_messages(messages, chat, uid=f"demo-{len(demos)}", env_name=task.gym,
+                                              item_key=task.item_key))
+    return demos
+
+
+def _solver_messages(task: Task, chat: ChatFormat, rng: np.random.Generator, max_turns: int,
+                     env_kwargs: dict[str, Any]) -> list[dict[str, str]]:
+    env = make_env(task.gym, task, **env_kwargs)
+    try:
         env.reset()
         solver = make_solver(task.gym, task, rng)
         messages = chat.initial_messages(task.prompt)
@@ -69,10 +91,9 @@ def solver_demonstrations(tasks: list[Task], chat: ChatFormat, episodes: int, se
             messages.append({"role": "tool", "content": feedback})
             if terminated or truncated:
                 break
+        return messages
+    finally:
         env.close()
-        traj = trajectory_from_messages(messages, chat, uid=f"demo-{n}", env_name=task.gym, item_key=task.item_key)
-        demos.append(traj)
-    return demos
 
 
 def file_demonstrations(path: str | Path, chat: ChatFormat) -> list[Trajectory]:

@@ -1,25 +1,42 @@
-"""Privileged scripted solver of the Function gym, used to write SFT demonstrations."""
+"""Observation-grounded scripted solver of the Function gym, used to write SFT demonstrations.
+
+Every answer follows from the transcript: the solver fetches the test case, probes fixed informative
+inputs, and answers what the simplest rules consistent with the probes give at the test case (Occam's
+razor over three classes, simplest first: one variable; one variable and a constant under + - *; two
+variables under + - * /, the rules of builtin levels 0-2). It answers only when every consistent rule of
+the simplest class that has one agrees. The hidden rule only chooses the plan: the solver keeps probing
+while that inference would still be wrong (a level-1 rule can look like a single variable after one
+probe), so a demonstration never ends in a justified but wrong answer. Three probes single out every
+rule of the classes, whatever the test case. Rules outside them (levels 3 and 4) cannot be pinned down
+by a few probes, so the solver refuses them with `UngroundedTask` rather than answer from hidden state.
+"""
 
 from __future__ import annotations
 
 import math
+import re
+from functools import lru_cache
 
 import numpy as np
 
 from userrl.envs.base import MultiTurnEnv, Task
-from userrl.envs.solving import play_episode
+from userrl.envs.function.safe_eval import VARIABLES, EvaluationError, Formula
+from userrl.envs.solving import UngroundedTask, play_episode
 
-#: The probe inputs the solver draws from. Each vector is a divisibility chain (later values divide
-#: earlier ones), so most rules with `/` still give whole numbers there; the generator rejects every
-#: builtin rule that is not a whole number of size <= 1e6 at all of them.
+#: The probe inputs, in the order the solver tries them: distinct values, then two shuffles that
+#: together give every rule of the classes its own results (tested exhaustively); a fourth in reserve.
+#: The generator never uses one of them as a test case.
 PROBE_POOL: tuple[tuple[int, int, int, int], ...] = (
-    (4, 2, 2, 1),
-    (6, 3, 3, 1),
-    (8, 4, 2, 2),
-    (6, 2, 3, 1),
-    (10, 5, 5, 1),
-    (2, 1, 2, 1),
+    (1, 2, 3, 4),
+    (3, 7, 2, 5),
+    (5, 3, 7, 2),
+    (10, 20, 30, 40),
 )
+#: The builtin levels whose rules the hypothesis class covers.
+GROUNDED_LEVELS = (0, 1, 2)
+
+_TEST_CASE_RE = re.compile(r"^Test case: \[([^\]]*)\]")
+_RESULT_RE = re.compile(r"^For numbers \[[^\]]*\], the result is (\S+)\.$")
 
 
 def format_number(value: float) -> str:
@@ -29,27 +46,73 @@ def format_number(value: float) -> str:
     return repr(float(value))
 
 
+@lru_cache(maxsize=1)
+def rule_classes() -> tuple[tuple[Formula, ...], ...]:
+    """The solver's hypotheses, simplest class first: the rules of builtin levels 0, 1 and 2."""
+    level1 = [f"{v} {op} {k}" if first else f"{k} {op} {v}"
+              for v in VARIABLES for op in "+-*" for k in range(2 if op == "*" else 1, 10) for first in (1, 0)]
+    level2 = [f"{x} {op} {y}" for x in VARIABLES for y in VARIABLES if x != y for op in "+-*/"]
+    return tuple(tuple(Formula(rule) for rule in rules) for rules in (VARIABLES, level1, level2))
+
+
+def _value(formula: Formula, inputs: list[float]) -> float | None:
+    try:
+        return round(formula.evaluate(inputs), 4) + 0.0
+    except EvaluationError:
+        return None
+
+
+def implied_answer(test_case: list[float], observations: list[tuple[list[float], float]]) -> float | None:
+    """f(test_case) by the simplest rules consistent with the observations, if they agree; else None."""
+    for rules in rule_classes():
+        consistent = [f for f in rules if all(_value(f, x) == y for x, y in observations)]
+        if consistent:
+            values = {_value(f, test_case) for f in consistent}
+            return values.pop() if len(values) == 1 and None not in values else None
+    return None
+
+
 class FunctionSolver:
-    """Plays one Function episode perfectly: 1-2 probes from PROBE_POOL, `search test`, then the answer."""
+    """`search test`, then probes from PROBE_POOL until they imply the right answer, then that answer."""
 
     def __init__(self, task: Task, rng: np.random.Generator) -> None:
-        test_case = [float(v) for v in task.data["test_case"]]
-        candidates = [p for p in PROBE_POOL if [float(v) for v in p] != test_case]
-        n_probes = int(rng.integers(1, 3))
-        picks = rng.choice(len(candidates), size=n_probes, replace=False)
-        self._plan: list[tuple[str, str]] = [
-            ("action", " ".join(str(v) for v in candidates[int(i)])) for i in picks
-        ]
-        self._plan.append(("search", "test"))
-        self.answer = format_number(float(task.data["expected_result"]))
-        self._plan.append(("answer", self.answer))
-        self._step = 0
+        # rng is unused (one plan for every task); the registry's solvers all take it.
+        if task.difficulty is not None and task.difficulty not in GROUNDED_LEVELS:
+            raise UngroundedTask(
+                f"function task {task.item_key!r} (level {task.difficulty}): only levels "
+                f"{list(GROUNDED_LEVELS)} can be answered from a few probes"
+            )
+        self._task = task.item_key
+        self._expected = float(task.data["expected_result"])  # chooses the plan only, never the answer
+        self._test_case: list[float] | None = None
+        self._observations: list[tuple[list[float], float]] = []
+        self._probes = list(PROBE_POOL)
+        self._last_probe: list[float] | None = None
 
     def next_action(self, last_feedback: str | None) -> tuple[str, str]:
-        """The next (choice, content); after the plan it keeps giving the answer."""
-        action = self._plan[self._step] if self._step < len(self._plan) else ("answer", self.answer)
-        self._step += 1
-        return action
+        """The next (choice, content), read off the transcript so far."""
+        self._read(last_feedback)
+        if self._test_case is None:
+            return "search", "test"
+        if self._observations:
+            answer = implied_answer(self._test_case, self._observations)
+            if answer is not None and abs(answer - self._expected) <= 1e-6:
+                return "answer", format_number(answer)
+        while self._probes:
+            probe = [float(v) for v in self._probes.pop(0)]
+            if probe != self._test_case:
+                self._last_probe = probe
+                return "action", " ".join(format_number(v) for v in probe)
+        raise UngroundedTask(f"function task {self._task!r}: the probes do not pin down a simple rule")
+
+    def _read(self, feedback: str | None) -> None:
+        if feedback is None:
+            return
+        if (match := _TEST_CASE_RE.match(feedback)) is not None:
+            self._test_case = [float(v) for v in match.group(1).split(",")]
+        elif self._last_probe is not None and (match := _RESULT_RE.match(feedback)) is not None:
+            self._observations.append((self._last_probe, float(match.group(1))))
+        self._last_probe = None
 
 
 def solve_episode(

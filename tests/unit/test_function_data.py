@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 from collections import Counter
 from pathlib import Path
@@ -19,7 +20,7 @@ from gym_helpers import (
     write_parquet,
 )
 
-from userrl.envs import load_tasks, make_env, make_solver
+from userrl.envs import UngroundedTask, load_tasks, make_env, make_solver
 from userrl.envs.function.generate import generate_tasks, main, render
 from userrl.envs.function.safe_eval import Formula
 from userrl.envs.function.solver import PROBE_POOL, FunctionSolver, format_number, solve_episode
@@ -67,8 +68,13 @@ def test_shipped_rules_are_unique_within_a_level() -> None:
     for level in range(5):
         items = [t for t in tasks if t["difficulty"] == level]
         # Levels 0 and 2 have fewer distinct rules than tasks (4 and 41), so their tasks differ by test case.
-        keys = [t["rule"] if level in (1, 3, 4) else (t["rule"], tuple(t["test_case"])) for t in items]
+        keys = [t["rule"] if level in (3, 4) else (t["rule"], tuple(t["test_case"])) for t in items]
         assert len(set(keys)) == len(keys), level
+
+
+def test_levels_0_to_2_hold_at_least_64_test_tasks_each() -> None:
+    tests = Counter(t["difficulty"] for t in shipped() if t["split"] == "test")
+    assert min(tests[level] for level in (0, 1, 2)) >= 64
 
 
 def test_shipped_rules_evaluate_to_whole_expected_results() -> None:
@@ -79,8 +85,7 @@ def test_shipped_rules_evaluate_to_whole_expected_results() -> None:
         value = round(formula.evaluate(t["test_case"]), 4)
         assert value == t["expected_result"] and value.is_integer() and abs(value) <= 1e6, t
         for probe in PROBE_POOL:
-            at_probe = formula.evaluate(probe)
-            assert at_probe.is_integer() and abs(at_probe) <= 1e6, (t["rule"], probe)
+            assert abs(formula.evaluate(probe)) <= 1e6, (t["rule"], probe)
 
 
 def test_shipped_levels_have_their_shape() -> None:
@@ -143,36 +148,87 @@ def test_system_prompt_is_short_and_protocol_free() -> None:
 # ---------------------------------------------------------------- solver
 
 
-def test_solver_solves_every_builtin_task_within_four_steps() -> None:
+def test_solver_solves_every_task_of_levels_0_to_2_and_refuses_the_others() -> None:
     env = make_env("function")
     for task in load_function_tasks("test") + load_function_tasks("train"):
+        if task.difficulty > 2:
+            with pytest.raises(UngroundedTask, match="level"):
+                solve_episode(env, task, np.random.default_rng(0))
+            continue
         steps = solve_episode(env, task, np.random.default_rng(0))
-        assert len(steps) <= 4 and steps[-1][2:] == ("Correct!", 1.0), (task.item_key, steps)
-        assert [s[0] for s in steps[-2:]] == ["search", "answer"]
-        assert all(s[0] == "action" and "the result is" in s[2] for s in steps[:-2])
+        assert 3 <= len(steps) <= 5 and steps[-1][2:] == ("Correct!", 1.0), (task.item_key, steps)
+        assert steps[0][:2] == ("search", "test")
+        assert all(s[0] == "action" and "the result is" in s[2] for s in steps[1:-1])
+        if task.difficulty == 0:  # one probe of distinct values names the variable
+            assert [s[1] for s in steps[1:-1]] == ["1 2 3 4"]
 
 
-def test_solver_is_deterministic_and_uses_the_probe_pool() -> None:
-    task = load_function_tasks("test")[0]
-    plans = []
-    for _ in range(2):
-        solver = make_solver("function", task, np.random.default_rng(5))
-        plans.append([solver.next_action(None) for _ in range(5)])
-    assert plans[0] == plans[1]
-    probes = [tuple(int(x) for x in content.split()) for choice, content in plans[0] if choice == "action"]
-    assert 1 <= len(probes) <= 2 and all(p in PROBE_POOL for p in probes)
-    assert plans[0][len(probes)] == ("search", "test")
-    assert plans[0][-1] == ("answer", format_number(task.data["expected_result"]))
-    n_probes = {len(FunctionSolver(task, np.random.default_rng(s))._plan) - 2 for s in range(20)}
-    assert n_probes == {1, 2}
+# A plain re-derivation of the answer from the transcript alone, written here without the solver's
+# code: rules of levels 0-2 as Python functions, Occam's razor over them, simplest class first.
+_VARS = {"a": 0, "b": 1, "c": 2, "d": 3}
+_OPS = {"+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * y, "/": lambda x, y: x / y}
+
+
+def _oracle_classes() -> list[list]:
+    level0 = [lambda v, i=i: v[i] for i in range(4)]
+    level1 = []
+    for i in range(4):
+        for op in "+-*":
+            for k in range(2 if op == "*" else 1, 10):
+                level1.append(lambda v, i=i, op=op, k=k: _OPS[op](v[i], k))
+                level1.append(lambda v, i=i, op=op, k=k: _OPS[op](k, v[i]))
+    level2 = [lambda v, i=i, j=j, op=op: _OPS[op](v[i], v[j])
+              for i in range(4) for j in range(4) if i != j for op in "+-*/"]
+    return [level0, level1, level2]
+
+
+def _derived_answer(steps: list[tuple[str, str, str, float]]) -> float | None:
+    test_case, observations = None, []
+    for choice, content, feedback, _ in steps[:-1]:
+        if feedback.startswith("Test case: "):
+            test_case = [float(x) for x in feedback[len("Test case: ["):-1].split(",")]
+        elif choice == "action" and "the result is" in feedback:
+            observations.append(([float(x) for x in content.split()], float(feedback.rsplit(" ", 1)[1][:-1])))
+    if test_case is None:
+        return None
+    for rules in _oracle_classes():
+        fits = [f for f in rules if all(round(f(x), 4) == y for x, y in observations)]
+        if fits:
+            values = {round(f(test_case), 4) for f in fits}
+            return values.pop() if len(values) == 1 else None
+    return None
+
+
+def test_every_demonstrated_answer_follows_from_the_transcript() -> None:
+    # The transcript carries no hidden state: the answer must be what its probes imply.
+    env = make_env("function")
+    for task in load_function_tasks("train", difficulty=[0, 1, 2])[::3]:
+        steps = solve_episode(env, task, np.random.default_rng(0))
+        assert float(steps[-1][1]) == _derived_answer(steps), (task.item_key, steps)
+
+
+def test_the_old_uninformative_probe_justifies_no_answer() -> None:
+    # What the first solver did: probe 4 2 2 1 (b = c) and answer from the rule. Nothing follows from it.
+    steps = [("action", "4 2 2 1", "For numbers [4.0, 2.0, 2.0, 1.0], the result is 2.0.", 0.0),
+             ("search", "test", "Test case: [3, 5, 6, 3]", 0.0), ("answer", "6", "Correct!", 1.0)]
+    assert _derived_answer(steps) is None
+
+
+def test_solver_plan_is_read_from_the_transcript() -> None:
+    task = load_function_tasks("test", difficulty=0)[0]
+    solver = make_solver("function", task, np.random.default_rng(5))
+    assert solver.next_action(None) == ("search", "test")
+    assert solver.next_action("Test case: [9, 8, 7, 6]") == ("action", "1 2 3 4")
+    # The answer is f at the test case shown, inferred from the probe shown (not the task's own numbers).
+    assert solver.next_action("For numbers [1.0, 2.0, 3.0, 4.0], the result is 2.0.") == ("answer", "8") or (
+        task.data["rule"] != "b")
 
 
 def test_solver_avoids_the_test_case() -> None:
-    task = load_function_tasks("test")[0]
-    task.data = dict(task.data, test_case=list(PROBE_POOL[0]))
-    for seed in range(30):
-        solver = FunctionSolver(task, np.random.default_rng(seed))
-        assert all(content != "4 2 2 1" for _, content in solver._plan)
+    task = load_function_tasks("test", difficulty=0)[0]
+    solver = FunctionSolver(task, np.random.default_rng(0))
+    solver.next_action(None)
+    assert solver.next_action("Test case: [1, 2, 3, 4]") == ("action", "3 7 2 5")
 
 
 def test_format_number() -> None:
@@ -270,5 +326,7 @@ def test_every_original_parquet_row_loads_and_resolves(split: str, rows: int) ->
     env = make_env("function")
     for task in tasks:
         assert task.source == "userrl" and task.split in ("train", "test")
-        steps = solve_episode(env, task, np.random.default_rng(0))
-        assert steps[-1][2:] == ("Correct!", 1.0) and len(steps) <= 4
+        # The original rules mostly lie beyond the few-probe classes: the solver refuses those.
+        with contextlib.suppress(UngroundedTask):
+            steps = solve_episode(env, task, np.random.default_rng(0))
+            assert steps[-1][2:] == ("Correct!", 1.0) and len(steps) <= 5
