@@ -51,24 +51,31 @@ def trajectory_from_messages(messages: list[dict[str, str]], chat: ChatFormat, u
 
 def solver_demonstrations(tasks: list[Task], chat: ChatFormat, episodes: int, seed: int = 0,
                           max_turns: int = 16, env_kwargs: dict[str, Any] | None = None) -> list[Trajectory]:
-    """Play `episodes` tasks (cycling) with each gym's scripted solver; tasks it cannot ground are skipped."""
+    """Play `episodes` tasks (cycling) with each gym's scripted solver.
+
+    Tasks the solver cannot ground (it raises UngroundedTask) and episodes that earn no reward are skipped.
+    """
     rng = np.random.default_rng(seed)
     demos: list[Trajectory] = []
     grounded = [True] * len(tasks)
     n = 0
     while len(demos) < episodes:
         if not any(grounded):
-            raise ValueError(f"no task of {sorted({t.gym for t in tasks})} has a grounded demonstration "
-                             "(every solver raised UngroundedTask); choose other gyms or levels for sft")
+            raise ValueError(f"no task of {sorted({t.gym for t in tasks})} has a grounded, rewarded "
+                             "demonstration (UngroundedTask or no reward); choose other gyms or levels for sft")
         index = n % len(tasks)
         n += 1
         if not grounded[index]:
             continue
         task = tasks[index]
         try:
-            messages = _solver_messages(task, chat, rng, max_turns, (env_kwargs or {}).get(task.gym, {}))
+            messages, episode_return = _solver_messages(task, chat, rng, max_turns,
+                                                        (env_kwargs or {}).get(task.gym, {}))
         except UngroundedTask:
             grounded[index] = False  # the transcript cannot justify an answer: no demonstration of it
+            continue
+        if episode_return <= 0:
+            grounded[index] = False  # a grounded plan that earned nothing would teach failing
             continue
         demos.append(trajectory_from_messages(messages, chat, uid=f"demo-{len(demos)}", env_name=task.gym,
                                               item_key=task.item_key))
@@ -76,22 +83,22 @@ def solver_demonstrations(tasks: list[Task], chat: ChatFormat, episodes: int, se
 
 
 def _solver_messages(task: Task, chat: ChatFormat, rng: np.random.Generator, max_turns: int,
-                     env_kwargs: dict[str, Any]) -> list[dict[str, str]]:
+                     env_kwargs: dict[str, Any]) -> tuple[list[dict[str, str]], float]:
     env = make_env(task.gym, task, **env_kwargs)
     try:
         env.reset()
         solver = make_solver(task.gym, task, rng)
         messages = chat.initial_messages(task.prompt)
-        feedback = None
+        feedback, episode_return = None, 0.0
         for _ in range(max_turns):
             choice, content = solver.next_action(feedback)
             messages.append({"role": "assistant", "content": chat.render_action(choice, content)})
-            observation, _, terminated, truncated, _ = env.step(tool_call_to_action(choice, content))
-            feedback = observation["feedback"]
+            observation, reward, terminated, truncated, _ = env.step(tool_call_to_action(choice, content))
+            feedback, episode_return = observation["feedback"], episode_return + float(reward)
             messages.append({"role": "tool", "content": feedback})
             if terminated or truncated:
                 break
-        return messages
+        return messages, episode_return
     finally:
         env.close()
 

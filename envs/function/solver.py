@@ -1,10 +1,10 @@
 """Observation-grounded scripted solver of the Function gym, used to write SFT demonstrations.
 
-Every answer follows from the transcript: the solver fetches the test case, probes fixed informative
-inputs, and answers what the simplest rules consistent with the probes give at the test case (Occam's
+Every answer follows from the transcript: the solver probes fixed informative inputs, fetches the test
+case, and answers what the simplest rules consistent with the probes give at the test case (Occam's
 razor over three classes, simplest first: one variable; one variable and a constant under + - *; two
 variables under + - * /, the rules of builtin levels 0-2). It answers only when every consistent rule of
-the simplest class that has one agrees. The hidden rule only chooses the plan: the solver keeps probing
+the simplest class that has one agrees. The hidden task only chooses the plan: the solver keeps probing
 while that inference would still be wrong (a level-1 rule can look like a single variable after one
 probe), so a demonstration never ends in a justified but wrong answer. Three probes single out every
 rule of the classes, whatever the test case. Rules outside them (levels 3 and 4) cannot be pinned down
@@ -73,7 +73,7 @@ def implied_answer(test_case: list[float], observations: list[tuple[list[float],
 
 
 class FunctionSolver:
-    """`search test`, then probes from PROBE_POOL until they imply the right answer, then that answer."""
+    """Probes from PROBE_POOL until they imply the right answer, then `search test`, then that answer."""
 
     def __init__(self, task: Task, rng: np.random.Generator) -> None:
         # rng is unused (one plan for every task); the registry's solvers all take it.
@@ -83,7 +83,9 @@ class FunctionSolver:
                 f"{list(GROUNDED_LEVELS)} can be answered from a few probes"
             )
         self._task = task.item_key
-        self._expected = float(task.data["expected_result"])  # chooses the plan only, never the answer
+        # The hidden test case and result choose the plan only (how many probes), never the answer.
+        self._hidden_case = [float(v) for v in task.data["test_case"]]
+        self._expected = float(task.data["expected_result"])
         self._test_case: list[float] | None = None
         self._observations: list[tuple[list[float], float]] = []
         self._probes = list(PROBE_POOL)
@@ -92,18 +94,23 @@ class FunctionSolver:
     def next_action(self, last_feedback: str | None) -> tuple[str, str]:
         """The next (choice, content), read off the transcript so far."""
         self._read(last_feedback)
-        if self._test_case is None:
-            return "search", "test"
-        if self._observations:
+        if self._test_case is not None:
             answer = implied_answer(self._test_case, self._observations)
-            if answer is not None and abs(answer - self._expected) <= 1e-6:
-                return "answer", format_number(answer)
+            if answer is None:
+                raise UngroundedTask(f"function task {self._task!r}: the probes do not imply an answer")
+            return "answer", format_number(answer)
+        if self._observations and self._enough():
+            return "search", "test"
         while self._probes:
             probe = [float(v) for v in self._probes.pop(0)]
-            if probe != self._test_case:
+            if probe != self._hidden_case:  # the env refuses the test case itself
                 self._last_probe = probe
                 return "action", " ".join(format_number(v) for v in probe)
         raise UngroundedTask(f"function task {self._task!r}: the probes do not pin down a simple rule")
+
+    def _enough(self) -> bool:
+        answer = implied_answer(self._hidden_case, self._observations)
+        return answer is not None and abs(answer - self._expected) <= 1e-6
 
     def _read(self, feedback: str | None) -> None:
         if feedback is None:

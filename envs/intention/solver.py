@@ -3,6 +3,12 @@
 It knows the hidden details and asks about one at a time, most important first, with a question built from
 that detail's own words. Each candidate question is checked against the scripted coverage rule, so that
 it covers its target detail and no other detail still open: every detail then pays its full weight.
+
+Grounding (issue #14): Intention demonstrations are grounded as they are. Every step is a clarifying
+question (or the final `finish`); there is no answer or recommendation whose facts the transcript would
+have to justify, and nothing the user said is ever used later. Privilege only chooses which questions to
+ask, which is allowed; the last-resort phrasing offers the detail's example options as choices ("would it
+be a, b or c?"), a question, not a claim about the user's preference.
 """
 
 from __future__ import annotations

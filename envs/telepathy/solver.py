@@ -1,11 +1,20 @@
-"""Privileged scripted solver of the Telepathy gym, used to write SFT demonstrations."""
+"""Observation-grounded scripted solver of the Telepathy gym, used to write SFT demonstrations.
+
+The hidden entity only chooses the plan: which narrowing questions to ask and which name to put to the
+oracle last. The guess itself is always justified by the transcript: the solver names the entity only
+after the oracle answered "Yes" to a question naming it ("Is it Lion?"). Should the oracle not confirm
+the name, the episode cannot end in a justified guess and the solver raises `UngroundedTask` (no
+demonstration), rather than guess from hidden state.
+"""
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 
 from userrl.envs.base import MultiTurnEnv, Task
-from userrl.envs.solving import play_episode
+from userrl.envs.solving import UngroundedTask, play_episode
 from userrl.envs.telepathy import roles
 from userrl.envs.telepathy.facts import article
 
@@ -27,6 +36,14 @@ CONTRAST_QUESTIONS: dict[str, str] = {
     "animal": "Are you thinking of an animal?",
     "vehicle": "Is it a vehicle?",
 }
+
+
+#: Questions that put a name to the oracle; {name} is the entity's title.
+CONFIRM_TEMPLATES: tuple[str, ...] = (
+    "Is it {name}?",
+    "Is the answer {name}?",
+    "Are you thinking of {name}?",
+)
 
 
 def _usable(key: str, value: str) -> bool:
@@ -86,10 +103,11 @@ def description_questions(task: Task) -> list[str]:
 
 
 class TelepathySolver:
-    """Asks a couple of attribute questions (sometimes opening with a broad No question), then names it.
+    """Asks a couple of attribute questions (sometimes opening with a broad No question), then asks whether
+    it is the entity by name, and names it once the oracle said Yes.
 
     Tasks without structured attributes (the original data) get one question from the entity's
-    description when it starts like a noun phrase. Should the judge reject the title, it finishes.
+    description when it starts like a noun phrase. Should the judge reject the confirmed name, it finishes.
     """
 
     def __init__(self, task: Task, rng: np.random.Generator) -> None:
@@ -100,14 +118,30 @@ class TelepathySolver:
             opener = contrast_question(task, rng)
             if opener is not None:
                 questions.insert(0, opener)
-        self._plan = [("action", q) for q in questions] + [("answer", str(task.data["title"]))]
+        self.title = str(task.data["title"])
+        self.confirm = CONFIRM_TEMPLATES[int(rng.integers(len(CONFIRM_TEMPLATES)))].format(name=self.title)
+        self._task = task.item_key
+        self._plan = [("action", q) for q in questions] + [("action", self.confirm), ("answer", self.title)]
         self._step = 0
 
     def next_action(self, last_feedback: str | None) -> tuple[str, str]:
-        """The next (choice, content); after the plan it finishes."""
-        action = self._plan[self._step] if self._step < len(self._plan) else ("finish", "")
+        """The next (choice, content); the guess only after a Yes to the naming question, then finish."""
+        if self._step >= len(self._plan):
+            return "finish", ""
+        action = self._plan[self._step]
+        if action[0] == "answer" and not is_yes(last_feedback):
+            # The oracle did not confirm the name: nothing in the transcript singles the entity out.
+            raise UngroundedTask(
+                f"telepathy task {self._task!r}: the oracle answered {last_feedback!r} to {self.confirm!r}"
+            )
         self._step += 1
         return action
+
+
+def is_yes(feedback: str | None) -> bool:
+    """Whether an oracle reply is a Yes (its first word, case-insensitively)."""
+    words = re.findall(r"[a-z]+", (feedback or "").lower())
+    return bool(words) and words[0] == "yes"
 
 
 def solve_episode(

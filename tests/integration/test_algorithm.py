@@ -78,7 +78,7 @@ def test_mixed_gyms_report_metrics_per_gym(ray_local, tiny_model, tmp_path):
     """A mixture of gyms trains in one run; demonstrations come from every gym's solver."""
     config = (_config(tmp_path)
               .environment(gyms=[{"name": "function", "weight": 2}, {"name": "turtle"}, {"name": "travel"}],
-                           protocol="bracket", max_turns=2, max_steps=16)
+                           protocol="bracket", max_turns=5, max_steps=16)
               .training(iterations=1, batch_size=6, group_size=2)
               .sft(episodes=6)
               .checkpointing(every=0))

@@ -41,8 +41,8 @@ def test_fit_on_a_vllm_replica(ray_local, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a relative output_dir is the user's folder, not the learners' own
     config = (GRPOMultiTurnConfig()
               .experiment(name="vllm-fit", seed=5, output_dir="runs")
-              .environment(gyms=[{"name": "function", "difficulty": [0]}], protocol="bracket", max_turns=2,
-                           max_steps=2)
+              .environment(gyms=[{"name": "function", "difficulty": [0]}], protocol="bracket", max_turns=3,
+                           max_steps=3)
               .policy(model="smollm2-135m", engine="vllm", dtype="float32", max_new_tokens=16, max_model_len=1024,
                       num_cpus_per_replica=1, max_batch_size=8,  # automatic KV cache: 8 x 1024 tokens, 360 MiB
                       vllm={"enforce_eager": True})

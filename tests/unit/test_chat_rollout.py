@@ -100,7 +100,7 @@ def test_engine_failure_is_a_counted_abort(tokenizer):
 
 def test_context_budget_stops_the_episode(tokenizer):
     chat = ChatFormat(tokenizer, "bracket")
-    task = load_tasks("function", split="test", difficulty=[4])[0]
+    task = load_tasks("function", split="test", difficulty=[2])[0]
     traj = asyncio.run(_play(chat, task, SolverPolicy(chat, task), RolloutLimits(max_turns=8, max_response_len=30)))
     assert traj.stop_reason in ("context_full", "length")
     assert traj.response_len <= 30
@@ -122,9 +122,20 @@ def test_demonstrations_round_trip_through_parquet(tokenizer, tmp_path):
         demo.check()
         assert demo.messages[-1]["role"] == "tool" and "Correct" in demo.messages[-1]["content"]
     back = read_parquet(write_parquet(demos, tmp_path / "demos.parquet"))
+    assert len(demos) == 4
     assert [b.input_ids for b in back] == [d.input_ids for d in demos]
     assert [b.turns for b in back] == [d.turns for d in demos]
     assert back[0].messages == demos[0].messages
+
+
+def test_demonstrations_skip_tasks_the_solver_cannot_ground(tokenizer):
+    # Level-3 rules cannot be pinned down by a few probes: only the level-0 tasks give demonstrations.
+    chat = ChatFormat(tokenizer, "bracket")
+    tasks = load_tasks("function", difficulty=[3])[:5] + load_tasks("function", difficulty=[0])[:2]
+    demos = solver_demonstrations(tasks, chat, episodes=6)
+    assert len(demos) == 6 and {d.item_key for d in demos} == {t.item_key for t in tasks[5:]}
+    with pytest.raises(ValueError, match="grounded"):
+        solver_demonstrations(tasks[:5], chat, episodes=1)
 
 
 def test_an_env_that_raises_gives_a_counted_aborted_episode(tokenizer):

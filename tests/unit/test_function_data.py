@@ -157,10 +157,10 @@ def test_solver_solves_every_task_of_levels_0_to_2_and_refuses_the_others() -> N
             continue
         steps = solve_episode(env, task, np.random.default_rng(0))
         assert 3 <= len(steps) <= 5 and steps[-1][2:] == ("Correct!", 1.0), (task.item_key, steps)
-        assert steps[0][:2] == ("search", "test")
-        assert all(s[0] == "action" and "the result is" in s[2] for s in steps[1:-1])
+        assert steps[-2][:2] == ("search", "test")
+        assert all(s[0] == "action" and "the result is" in s[2] for s in steps[:-2])
         if task.difficulty == 0:  # one probe of distinct values names the variable
-            assert [s[1] for s in steps[1:-1]] == ["1 2 3 4"]
+            assert [s[1] for s in steps[:-2]] == ["1 2 3 4"]
 
 
 # A plain re-derivation of the answer from the transcript alone, written here without the solver's
@@ -214,21 +214,20 @@ def test_the_old_uninformative_probe_justifies_no_answer() -> None:
     assert _derived_answer(steps) is None
 
 
-def test_solver_plan_is_read_from_the_transcript() -> None:
-    task = load_function_tasks("test", difficulty=0)[0]
+def test_solver_answer_is_read_from_the_transcript() -> None:
+    task = next(t for t in load_function_tasks("test", difficulty=0) if t.data["rule"] == "b")
     solver = make_solver("function", task, np.random.default_rng(5))
-    assert solver.next_action(None) == ("search", "test")
-    assert solver.next_action("Test case: [9, 8, 7, 6]") == ("action", "1 2 3 4")
-    # The answer is f at the test case shown, inferred from the probe shown (not the task's own numbers).
-    assert solver.next_action("For numbers [1.0, 2.0, 3.0, 4.0], the result is 2.0.") == ("answer", "8") or (
-        task.data["rule"] != "b")
+    assert solver.next_action(None) == ("action", "1 2 3 4")
+    assert solver.next_action("For numbers [1.0, 2.0, 3.0, 4.0], the result is 2.0.") == ("search", "test")
+    # f = b by the probe; the answer is b of the test case shown, not the task's own numbers.
+    assert solver.next_action("Test case: [9, 8, 7, 6]") == ("answer", "8")
 
 
 def test_solver_avoids_the_test_case() -> None:
     task = load_function_tasks("test", difficulty=0)[0]
+    task.data = dict(task.data, test_case=[1, 2, 3, 4])
     solver = FunctionSolver(task, np.random.default_rng(0))
-    solver.next_action(None)
-    assert solver.next_action("Test case: [1, 2, 3, 4]") == ("action", "3 7 2 5")
+    assert solver.next_action(None) == ("action", "3 7 2 5")
 
 
 def test_format_number() -> None:

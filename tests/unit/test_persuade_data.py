@@ -15,8 +15,17 @@ from gym_helpers import DATA_ROOT, global_rngs_untouched, needs_shared_file, ori
 
 from userrl.envs import Task, load_tasks, make_env, make_solver
 from userrl.envs.persuade.generate import canonical_items, canonical_text, design_problems, item_id, main
-from userrl.envs.persuade.scripted import score_argument
-from userrl.envs.persuade.solver import TEMPLATES, PersuadeSolver, quotes, solve_episode, template_arguments
+from userrl.envs.persuade.scripted import FAIR_POINT, NOT_CONVINCED, score_argument
+from userrl.envs.persuade.solver import (
+    TEMPLATES,
+    PersuadeSolver,
+    _lower_first,
+    quotes,
+    solve_episode,
+    template_arguments,
+    unattributed,
+    visible_text,
+)
 from userrl.envs.persuade.tasks import (
     BUILTIN_TASKS_PATH,
     PERSUADE_SYSTEM_PROMPT,
@@ -121,7 +130,9 @@ def test_solver_wins_every_builtin_task_in_three_steps() -> None:
     env = make_env("persuade")
     for task in load_persuade_tasks("test") + load_persuade_tasks("train"):
         steps = solve_episode(env, task, np.random.default_rng(0))
-        assert [s[1] for s in steps] == task.data["counterarguments"][:3], task.item_key
+        # The hand-written rebuttals, with their attributions to the unseen essay given to its supporters.
+        assert [s[1] for s in steps] == [unattributed(c) for c in task.data["counterarguments"][:3]], task.item_key
+        assert not any(re.search(r"\byou (argue|claim|mention)\b", s[1], re.IGNORECASE) for s in steps)
         assert [s[3] for s in steps] == [0.333333] * 3 and sum(s[3] for s in steps) >= WIN
 
 
@@ -129,10 +140,15 @@ def test_template_arguments_meet_the_whole_rubric_in_any_order() -> None:
     for task in load_persuade_tasks("test"):
         claim, argument = task.data["claim"], task.data["argument"]
         topic = content_words(claim + " " + argument)
-        filled = template_arguments(claim, argument)
+        # The scripted persuadee's replies hold nothing to quote: the templates quote the claim.
+        filled = template_arguments(claim, visible_text([FAIR_POINT, NOT_CONVINCED + " I would need evidence."]))
+        assert all(f'"{_lower_first(claim)}"' in text for text in filled)
         assert len(filled) == len(TEMPLATES)
+        # Relevance (c1) counts words shared with the claim and the unseen essay: a claim with fewer than
+        # 3 content words of its own cannot always supply them (the essay's words are not quotable).
+        full = 5 if len(content_words(claim) & topic) >= 3 else 4
         for i, text in enumerate(filled):
-            assert score_argument(text, topic, filled[:i] + filled[i + 1 :]).met == 5, text
+            assert score_argument(text, topic, filled[:i] + filled[i + 1 :]).met >= full, text
 
 
 def test_quotes() -> None:
@@ -145,7 +161,8 @@ def test_quotes() -> None:
 def test_solver_without_counterarguments_uses_templates() -> None:
     data = {
         "id": "X",
-        "claim": "Homework should be banned",
+        # Three content words: relevance (c1) may rest on the claim alone, the only text the agent sees.
+        "claim": "Homework should be banned in primary schools",
         "argument": "Homework steals time from play. " * 3,
     }
     task = Task("persuade", "X", builtin_prompt(data["claim"]), data)

@@ -20,7 +20,7 @@ from gym_helpers import (
 )
 
 import userrl.envs.search  # noqa: F401  (registers the gym until the registry imports every gym)
-from userrl.envs import load_tasks, make_env, make_solver
+from userrl.envs import load_tasks, make_env
 from userrl.envs.search.corpus import (
     BUILTIN_CORPUS_PATH,
     CorpusIndex,
@@ -38,6 +38,7 @@ from userrl.envs.search.tasks import (
     load_search_tasks,
 )
 from userrl.envs.search.world import build_world
+from userrl.envs.solving import UngroundedTask, play_episode
 
 QUESTIONS_JSON = DATA_ROOT / "gyms/SearchGym/searchgym/data/questions.json"
 needs_shared_data = needs_shared_file(QUESTIONS_JSON)
@@ -266,26 +267,30 @@ def test_solver_solves_every_builtin_task() -> None:
 
 def test_solver_is_deterministic_and_varies_its_queries() -> None:
     task = next(t for t in load_search_tasks("test") if t.data["hops"] == 2)
-    plans = []
-    for _ in range(2):
-        solver = make_solver("search", task, np.random.default_rng(5))
-        plans.append([solver.next_action(None) for _ in range(4)])
+    env = make_env("search")
+    plans = [solve_episode(env, task, np.random.default_rng(5)) for _ in range(2)]
     assert plans[0] == plans[1]
-    assert plans[0][-2:] == [("answer", task.data["answer"])] * 2
-    for (choice, query), options in zip(plans[0], task.data["search_plan"], strict=False):
+    assert plans[0][-1][:2] == ("answer", task.data["answer"])
+    for (choice, query, _, _), options in zip(plans[0], task.data["search_plan"], strict=False):
         assert choice == "search" and query in options
-    variants = {SearchSolver(task, np.random.default_rng(s))._plan[0][1] for s in range(30)}
+    variants = {SearchSolver(task, np.random.default_rng(s)).next_action(None)[1] for s in range(30)}
     assert len(variants) > 1
 
 
-def test_solver_without_a_plan_searches_the_question() -> None:
+def test_solver_answers_only_what_the_results_state() -> None:
     task = load_search_tasks("test")[0]
     task.data = {k: task.data[k] for k in ("id", "question", "answer")}
+    # Without a plan it searches the question itself; the answer is given once a result states it.
     solver = SearchSolver(task, np.random.default_rng(0))
-    assert [solver.next_action(None) for _ in range(2)] == [
-        ("search", task.data["question"]),
-        ("answer", task.data["answer"]),
-    ]
+    assert solver.next_action(None) == ("search", task.data["question"])
+    results = f"Search results for 'q':\n1. Reference: {task.data['answer']}"
+    assert solver.next_action(results) == ("answer", task.data["answer"])
+    assert solver.next_action("Incorrect. You may search more or try another answer.") == ("finish", "")
+    # Results that never state it leave no justified answer: no demonstration.
+    solver = SearchSolver(task, np.random.default_rng(0))
+    solver.next_action(None)
+    with pytest.raises(UngroundedTask, match="never state the answer"):
+        solver.next_action("No relevant results found.")
 
 
 # ---------------------------------------------------------------- loaders (userrl): error paths on fake folders
@@ -399,9 +404,15 @@ def test_every_original_parquet_row_loads_and_resolves(split: str, rows: int) ->
     env = make_env("search")
     for task in tasks:
         assert task.source == "userrl" and task.split == "test"
-        # Offline, the search goes over our fictional corpus; the privileged solver still answers.
-        steps = solve_episode(env, task, np.random.default_rng(0))
-        assert steps[0][0] == "search" and steps[-1][2:] == ("Correct! Your answer is right.", 1.0)
+        # Offline, the search goes over our fictional corpus, which cannot state the real-world answer:
+        # the grounded solver refuses to demonstrate it (it would have to answer from hidden state).
+        solver = SearchSolver(task, np.random.default_rng(0))
+        try:
+            steps = play_episode(env, task, solver)
+        except UngroundedTask:
+            continue
+        assert steps[-1][2:] == ("Correct! Your answer is right.", 1.0)
+        assert any(contains_phrase(s[2], task.data["answer"]) for s in steps if s[0] == "search")
 
 
 @pytest.mark.shared_data

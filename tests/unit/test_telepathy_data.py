@@ -21,9 +21,11 @@ from gym_helpers import (
 
 import userrl.envs.telepathy  # noqa: F401  (registers the gym until discovery imports every gym)
 from userrl.envs import Task, load_tasks, make_env, make_solver
+from userrl.envs.solving import UngroundedTask
 from userrl.envs.telepathy import facts, roles
 from userrl.envs.telepathy.generate import FACTS_PATH, GENERATOR_SEED, generate_entities, main, render
 from userrl.envs.telepathy.solver import (
+    CONFIRM_TEMPLATES,
     QUESTION_TEMPLATES,
     TelepathySolver,
     attribute_questions,
@@ -216,9 +218,11 @@ def test_solver_solves_every_builtin_task(split: str) -> None:
         steps = solve_episode(env, task, np.random.default_rng(i))
         questions = steps[:-1]
         assert steps[-1][:3] == ("answer", task.data["title"], "Correct! Your guess is right.")
-        assert steps[-1][3] == 1.0 and 2 <= len(questions) <= 4
+        assert steps[-1][3] == 1.0 and 3 <= len(questions) <= 5
         assert all(choice == "action" for choice, *_ in questions)
-        # Attribute questions are answered Yes; a broad opening question (if any) is answered No.
+        # The guess is grounded: the last question names the entity, and the oracle confirmed it.
+        assert questions[-1][1] in {t.format(name=task.data["title"]) for t in CONFIRM_TEMPLATES}
+        # Attribute questions (and the naming one) are answered Yes; a broad opener (if any) No.
         opener = questions[0][1] in {
             "Are you thinking of a person?",
             "Are you thinking of an animal?",
@@ -236,7 +240,7 @@ def test_solver_is_deterministic_and_varies_with_the_rng() -> None:
         make_solver("telepathy", task, np.random.default_rng(5)).next_action(None) for _ in range(5)
     ]
     plans = {tuple(TelepathySolver(task, np.random.default_rng(s))._plan) for s in range(40)}
-    assert len(plans) >= 5 and {len(p) for p in plans} >= {3, 4, 5}
+    assert len(plans) >= 5 and {len(p) for p in plans} >= {4, 5, 6}
 
 
 def test_persons_are_never_asked_if_they_are_animals() -> None:
@@ -279,8 +283,17 @@ def test_solver_finishes_when_the_guess_is_rejected() -> None:
     task = load_telepathy_tasks("test")[0]
     solver = TelepathySolver(task, np.random.default_rng(0))
     plan_length = len(solver._plan)
-    actions = [solver.next_action(None) for _ in range(plan_length + 1)]
+    actions = [solver.next_action("Yes") for _ in range(plan_length + 1)]
     assert actions[-2] == ("answer", task.data["title"]) and actions[-1] == ("finish", "")
+
+
+def test_solver_guesses_only_a_name_the_oracle_confirmed() -> None:
+    task = load_telepathy_tasks("test")[0]
+    solver = TelepathySolver(task, np.random.default_rng(0))
+    actions = [solver.next_action("Yes") for _ in range(len(solver._plan) - 1)]
+    assert actions[-1] == ("action", solver.confirm) and task.data["title"] in solver.confirm
+    with pytest.raises(UngroundedTask, match="did not|answered"):
+        solver.next_action("No")
 
 
 def test_solver_touches_no_global_rng() -> None:

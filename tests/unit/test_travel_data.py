@@ -14,7 +14,7 @@ import pytest
 from gym_helpers import DATA_ROOT, global_rngs_untouched, needs_shared_file, write_json, write_parquet
 
 import userrl.envs.travel  # noqa: F401  (registers "travel")
-from userrl.envs import load_tasks, make_env, make_solver
+from userrl.envs import load_tasks, make_env
 from userrl.envs.travel import env as tenv
 from userrl.envs.travel.generate import (
     CORRECT_RANGE,
@@ -27,9 +27,10 @@ from userrl.envs.travel.generate import (
     make_splits,
     render_scenarios,
 )
+from userrl.envs.travel.reading import cheapest, read_options, read_reply
 from userrl.envs.travel.roles import argument_texts, scripted_search_judge
 from userrl.envs.travel.schema import ASPECT_LETTERS, parse_scenario, parse_scenario_id, subset_of_id
-from userrl.envs.travel.solver import QUESTION_TEMPLATES, TravelSolver, search_request, solve_episode
+from userrl.envs.travel.solver import QUESTION_TEMPLATES, search_request, solve_episode
 from userrl.envs.travel.tasks import (
     BUDGET_SENTENCE,
     BUILTIN_SPLITS_PATH,
@@ -210,16 +211,37 @@ def test_solver_asks_as_many_questions_as_the_steps_allow() -> None:
         task = load_travel_tasks("test", subset=subset)[0]
         steps = solve_episode(env, task, np.random.default_rng(1))
         assert sum(s[0] == "action" for s in steps) == questions
+    # With too few steps for every deciding question, fewer replies decide: still grounded, maybe not best.
     task = load_travel_tasks("test", subset="22")[0]
-    plan = TravelSolver(task, np.random.default_rng(0), max_steps=5)._plan
-    assert [c for c, _ in plan] == ["search", "action", "answer", "search", "answer"]
+    steps = solve_episode(make_env("travel", max_steps=5), task, np.random.default_rng(0))
+    assert [s[0] for s in steps] == ["search", "action", "answer", "search", "answer"]
+    aspect, shown = read_options(steps[0][2])  # type: ignore[misc]
+    said = read_reply(aspect, steps[1][2])
+    assert said is not None and steps[2][1] == cheapest(aspect, shown, [said])
+
+
+def test_solver_recommends_what_the_replies_imply() -> None:
+    # Every builtin test task: the recommendation is the cheapest shown option meeting the replies.
+    env = make_env("travel")
+    for task in load_travel_tasks("test"):
+        steps = solve_episode(env, task, np.random.default_rng(2))
+        shown: dict[str, Any] = {}
+        said: dict[str, list[Any]] = {}
+        for choice, content, feedback, _ in steps:
+            if choice == "search" and (options := read_options(feedback)) is not None:
+                shown[options[0]] = options[1]
+                current = options[0]
+            elif choice == "action":
+                said.setdefault(current, []).append(read_reply(current, feedback))
+            elif choice == "answer":
+                assert content == cheapest(current, shown[current], said.get(current, [])), task.item_key
 
 
 def test_solver_is_deterministic_and_repeats_failed_searches() -> None:
     task = load_travel_tasks("test", subset="333")[0]
-    plans = [make_solver("travel", task, np.random.default_rng(5))._plan for _ in range(2)]
+    plans = [solve_episode(make_env("travel"), task, np.random.default_rng(5)) for _ in range(2)]
     assert plans[0] == plans[1]
-    questions = [content for choice, content in plans[0] if choice == "action"]
+    questions = [content for choice, content, _, _ in plans[0] if choice == "action"]
     templates = [
         re.escape(t).replace(r"\{aspect\}", ".+").replace(r"\{subcategory\}", ".+")
         for t in QUESTION_TEMPLATES
@@ -292,11 +314,13 @@ def test_userrl_loader_without_scenario_files(tmp_path: Path) -> None:
 
 def test_userrl_loader_with_scenario_files(tmp_path: Path) -> None:
     sample = _sample22()
-    rows = [_row(i, _best(r), k, user=f"trip {k}") for k, (i, r) in enumerate(sample.items())]
+    # The traveller's message holds the search arguments, as in the original rows.
+    rows = [_row(i, _best(r), k, user=f"trip {k}: {r['initial_description']}") for k, (i, r) in enumerate(sample.items())]
     root = _fake_root(tmp_path, rows, sample)
     tasks = load_travel_tasks("train", "userrl", root, subset="22")
     assert [t.item_key for t in tasks] == list(sample) and {t.source for t in tasks} == {"userrl"}
-    assert tasks[1].prompt == [{"role": "system", "content": "sys"}, {"role": "user", "content": "trip 1"}]
+    user = f"trip 1: {sample[tasks[1].item_key]['initial_description']}"
+    assert tasks[1].prompt == [{"role": "system", "content": "sys"}, {"role": "user", "content": user}]
     env = make_env("travel")
     for task in tasks:  # the same env code runs the original schema
         assert task.data["scenario"] == sample[task.item_key]

@@ -23,7 +23,14 @@ import userrl.envs.turtle  # noqa: F401  (registers the gym until discovery impo
 from userrl.envs import Task, load_tasks, make_env, make_solver
 from userrl.envs.text import content_words
 from userrl.envs.turtle import roles
-from userrl.envs.turtle.solver import TurtleSolver, solve_episode
+from userrl.envs.turtle.solver import (
+    TurtleSolver,
+    clauses,
+    proposition,
+    question_proposition,
+    sentence,
+    solve_episode,
+)
 from userrl.envs.turtle.tasks import (
     BUILTIN_STORIES_PATH,
     TURTLE_SYSTEM_PROMPT,
@@ -138,10 +145,17 @@ def test_solver_solves_every_builtin_task(split: str) -> None:
     for task in load_turtle_tasks(split):
         steps = solve_episode(env, task, np.random.default_rng(0))
         choices = [s[0] for s in steps]
-        assert choices[-1] == "answer" and set(choices[:-1]) <= {"action"} and 2 <= len(steps) <= 3
+        n_points, n_keys = len(task.data["rubric"]), len(task.data["key_questions"])
+        assert choices[-1] == "answer" and set(choices[:-1]) <= {"action"}
+        assert n_points + 1 <= len(steps) <= n_points + n_keys + 1
         assert steps[-1][3] == pytest.approx(1.0) and env.done and sum(s[3] for s in steps) > 0.99
         recorded = {q["question"]: q["answer"] for q in task.data["key_questions"]}
-        assert all(recorded[content] == feedback for _, content, feedback, _ in steps[:-1])
+        explored = steps[: len(steps) - 1 - n_points]
+        assert all(recorded[content] == feedback for _, content, feedback, _ in explored)
+        # One question per rubric point, each confirmed; the story restates exactly those propositions.
+        checks = steps[len(explored) : -1]
+        assert all(feedback == "Yes" for _, _, feedback, _ in checks)
+        assert steps[-1][1] == " ".join(sentence(question_proposition(q)) for _, q, _, _ in checks)
 
 
 def test_solver_is_deterministic_and_varies_with_the_rng() -> None:
@@ -150,7 +164,16 @@ def test_solver_is_deterministic_and_varies_with_the_rng() -> None:
     plans.append([make_solver("turtle", task, np.random.default_rng(5)).next_action(None) for _ in range(4)])
     assert plans[0] == plans[1]
     lengths = {len(TurtleSolver(task, np.random.default_rng(s))._plan) for s in range(30)}
-    assert lengths == {2, 3}
+    n_points, n_keys = len(task.data["rubric"]), len(task.data["key_questions"])
+    assert lengths == {n_points + k for k in range(n_keys + 1)}
+
+
+def test_proposition_drops_the_grading_frame() -> None:
+    assert proposition("The story reveals that the audience were deaf students.") == "the audience were deaf students"
+    assert proposition("The students applauded by waving.") == "the students applauded by waving"
+    assert question_proposition("Is it true that the owner lied?") == "the owner lied"
+    assert question_proposition("Was the owner angry?") is None
+    assert clauses("he was tired, so he slept on the long train home") == ["he was tired", "he slept on the long train home"]
 
 
 def test_solver_finishes_when_the_story_falls_short() -> None:
@@ -164,11 +187,16 @@ def test_solver_finishes_when_the_story_falls_short() -> None:
     assert [s[0] for s in steps[-2:]] == ["answer", "finish"] and 0 < steps[-2][3] < 1
 
 
-def test_solver_without_key_questions_answers_at_once() -> None:
+def test_solver_without_key_questions_checks_the_points_at_once() -> None:
     data = dict(load_turtle_tasks("test")[0].data, key_questions=[])
     task = Task("turtle", data["title"], builtin_prompt(data["title"], data["surface"]), data)
     solver = TurtleSolver(task, np.random.default_rng(0))
-    assert solver.next_action(None) == ("answer", data["bottom"])
+    first = solver.next_action(None)
+    assert first[0] == "action" and question_proposition(first[1]) == proposition(data["rubric"][0]["statement"])
+    for _ in data["rubric"][1:]:
+        solver.next_action("Yes")
+    story = solver.next_action("Yes")
+    assert story[0] == "answer" and data["bottom"] not in story[1] and len(solver.confirmed) == len(data["rubric"])
     assert solver.next_action("x") == ("finish", "")
 
 
