@@ -44,10 +44,17 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.resume:
         config.checkpointing.resume_from = args.resume
     algo = GRPOMultiTurn(config)
+    seen: list[dict[str, Any]] = []
+
+    def on_result(result: dict[str, Any]) -> None:
+        seen.append(result)
+        _progress(result)
+
     try:
-        results = algo.fit(on_result=_progress)
+        results = algo.fit(on_result=on_result)
         checkpoints = [r["checkpoint"] for r in results if r.get("checkpoint")]
         console.print(f"\n[green]done[/]: {len(results)} iterations")
+        _print_curve(seen, config)
         console.print(f"MLflow run {algo.mlflow_run_id} in {algo.mlflow_uri}  "
                       f"(view: mlflow ui --backend-store-uri {algo.mlflow_uri})")
         if checkpoints:
@@ -55,6 +62,18 @@ def cmd_train(args: argparse.Namespace) -> int:
     finally:
         algo.stop()
     return 0
+
+
+def _print_curve(results: list[dict[str, Any]], config: Any) -> None:
+    from userrl.curve import curve_table, learning_curve, plot_curve
+
+    points = learning_curve(results)
+    if not points:
+        return
+    console.print(curve_table(points))
+    if any(p.heldout_success is not None for p in points):
+        path = plot_curve(points, config.run_dir.resolve() / "learning_curve.png", config.experiment.name)
+        console.print(f"learning curve: {path}")
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
