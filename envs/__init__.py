@@ -10,11 +10,12 @@ from userrl.envs.registry import (
     make_solver,
     register_gym,
 )
-from userrl.envs.solving import UngroundedTask
+from userrl.envs.solving import Action, UngroundedTask
 
 discover_gyms()
 
 __all__ = [
+    "Action",
     "GYMNASIUM_IDS",
     "GYMS",
     "MultiTurnEnv",

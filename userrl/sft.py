@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from userrl.chat import ChatFormat
-from userrl.envs import Task, UngroundedTask, make_env, make_solver, tool_call_to_action
+from userrl.envs import Action, Task, UngroundedTask, make_env, make_solver, tool_call_to_action
 from userrl.trajectory import ROLE_IDS, Trajectory, TurnRecord
 
 
@@ -91,8 +91,8 @@ def _solver_messages(task: Task, chat: ChatFormat, rng: np.random.Generator, max
         messages = chat.initial_messages(task.prompt)
         feedback, episode_return = None, 0.0
         for _ in range(max_turns):
-            choice, content = solver.next_action(feedback)
-            messages.append({"role": "assistant", "content": chat.render_action(choice, content)})
+            choice, content, reasoning = Action(*solver.next_action(feedback))
+            messages.append({"role": "assistant", "content": chat.render_action(choice, content, reasoning)})
             observation, reward, terminated, truncated, _ = env.step(tool_call_to_action(choice, content))
             feedback, episode_return = observation["feedback"], episode_return + float(reward)
             messages.append({"role": "tool", "content": feedback})
