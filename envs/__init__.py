@@ -10,12 +10,11 @@ from userrl.envs.registry import (
     make_solver,
     register_gym,
 )
-from userrl.envs.solving import Action, UngroundedTask
+from userrl.envs.solving import UngroundedTask
 
 discover_gyms()
 
 __all__ = [
-    "Action",
     "GYMNASIUM_IDS",
     "GYMS",
     "MultiTurnEnv",

@@ -1,8 +1,8 @@
-"""The demonstration loop of the scripted solvers: play one solver through one env episode."""
+"""The demonstration loop of the privileged scripted solvers: play one solver through one env episode."""
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 from userrl.envs.base import MultiTurnEnv, Task, tool_call_to_action
 
@@ -11,22 +11,10 @@ class UngroundedTask(Exception):
     """A solver cannot reach this task's answer from what the agent would see; it writes no demonstration."""
 
 
-class Action(NamedTuple):
-    """One solver step: the env action and, where the solver gives one, the reasoning that leads to it.
-
-    The reasoning is written before the action in a demonstration and uses only what the transcript
-    shows, so the model sees how the committed content follows from its observations.
-    """
-
-    choice: str
-    content: str
-    reasoning: str = ""
-
-
 class Solver(Protocol):
-    """A scripted solver: the next action given the last feedback (None before the first step)."""
+    """A scripted solver: the next (choice, content) given the last feedback (None before the first step)."""
 
-    def next_action(self, last_feedback: str | None) -> tuple[str, str] | Action: ...
+    def next_action(self, last_feedback: str | None) -> tuple[str, str]: ...
 
 
 def play_episode(env: MultiTurnEnv, task: Task, solver: Solver) -> list[tuple[str, str, str, float]]:
@@ -35,7 +23,7 @@ def play_episode(env: MultiTurnEnv, task: Task, solver: Solver) -> list[tuple[st
     feedback: str | None = None
     steps: list[tuple[str, str, str, float]] = []
     while True:
-        choice, content, _ = Action(*solver.next_action(feedback))
+        choice, content = solver.next_action(feedback)
         # Through the same tool-call conversion as a model's actions, so demonstrations match rollouts.
         obs, reward, terminated, truncated, _ = env.step(tool_call_to_action(choice, content))
         feedback = obs["feedback"]

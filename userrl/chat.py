@@ -180,14 +180,12 @@ class ChatFormat:
             raise ValueError("the chat template rewrites history; delta rendering is not possible")
         return self._encode(after[cut:])
 
-    def render_action(self, choice: str, content: str, reasoning: str = "") -> str:
-        """Assistant text that performs one action in this protocol, after any reasoning (for demonstrations)."""
+    def render_action(self, choice: str, content: str) -> str:
+        """Assistant text that performs one action in this protocol (used for demonstrations)."""
         if self.protocol == "bracket":
-            action = f"[{choice}] {content}"
-        else:
-            call = {"name": TOOL_NAME, "arguments": {"choice": choice, "content": content}}
-            action = f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
-        return f"{reasoning}\n{action}" if reasoning else action
+            return f"[{choice}] {content}"
+        call = {"name": TOOL_NAME, "arguments": {"choice": choice, "content": content}}
+        return f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
 
     def parse(self, text: str) -> ParsedTurn:
         """Parse the tool calls of one assistant message in this protocol."""

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from userrl.chat import ChatFormat
-from userrl.envs import Action, Task, UngroundedTask, make_env, make_solver, tool_call_to_action
+from userrl.envs import Task, UngroundedTask, make_env, make_solver, tool_call_to_action
 from userrl.trajectory import ROLE_IDS, Trajectory, TurnRecord
 
 
@@ -56,6 +56,8 @@ def solver_demonstrations(tasks: list[Task], chat: ChatFormat, episodes: int, se
     Tasks the solver cannot ground (it raises UngroundedTask) and episodes that earn no reward are skipped.
     """
     rng = np.random.default_rng(seed)
+    # A seeded shuffle, so a mixture's demonstrations come from every gym, not the first in the list.
+    tasks = [tasks[int(i)] for i in rng.permutation(len(tasks))]
     demos: list[Trajectory] = []
     grounded = [True] * len(tasks)
     n = 0
@@ -91,8 +93,8 @@ def _solver_messages(task: Task, chat: ChatFormat, rng: np.random.Generator, max
         messages = chat.initial_messages(task.prompt)
         feedback, episode_return = None, 0.0
         for _ in range(max_turns):
-            choice, content, reasoning = Action(*solver.next_action(feedback))
-            messages.append({"role": "assistant", "content": chat.render_action(choice, content, reasoning)})
+            choice, content = solver.next_action(feedback)
+            messages.append({"role": "assistant", "content": chat.render_action(choice, content)})
             observation, reward, terminated, truncated, _ = env.step(tool_call_to_action(choice, content))
             feedback, episode_return = observation["feedback"], episode_return + float(reward)
             messages.append({"role": "tool", "content": feedback})

@@ -21,7 +21,7 @@ import numpy as np
 
 from userrl.envs.base import MultiTurnEnv, Task
 from userrl.envs.function.safe_eval import VARIABLES, EvaluationError, Formula
-from userrl.envs.solving import Action, UngroundedTask, play_episode
+from userrl.envs.solving import UngroundedTask, play_episode
 
 #: The probe inputs, in the order the solver tries them: distinct values, then two shuffles that
 #: together give every rule of the classes its own results (tested exhaustively); a fourth in reserve.
@@ -62,30 +62,14 @@ def _value(formula: Formula, inputs: list[float]) -> float | None:
         return None
 
 
-def simplest_rules(observations: list[tuple[list[float], float]]) -> list[Formula]:
-    """The rules of the simplest class that has any consistent with the observations (empty if none)."""
+def implied_answer(test_case: list[float], observations: list[tuple[list[float], float]]) -> float | None:
+    """f(test_case) by the simplest rules consistent with the observations, if they agree; else None."""
     for rules in rule_classes():
         consistent = [f for f in rules if all(_value(f, x) == y for x, y in observations)]
         if consistent:
-            return consistent
-    return []
-
-
-def implied_answer(test_case: list[float], observations: list[tuple[list[float], float]]) -> float | None:
-    """f(test_case) by the simplest rules consistent with the observations, if they agree; else None."""
-    values = {_value(f, test_case) for f in simplest_rules(observations)}
-    return values.pop() if len(values) == 1 and None not in values else None
-
-
-def answer_reasoning(test_case: list[float], observations: list[tuple[list[float], float]]) -> str:
-    """How the answer follows from the transcript: the rule the probes fit, evaluated at the test input."""
-    rule = simplest_rules(observations)[0]
-    values = dict(zip(VARIABLES, (format_number(v) for v in test_case), strict=True))
-    at_test = ", ".join(f"{name}={value}" for name, value in values.items())
-    substituted = " ".join(values.get(token, token) for token in rule.rule.split())
-    result = format_number(rule.evaluate(test_case))
-    worked = f"{substituted} = {result}" if substituted != result else result
-    return f"The probes fit f = {rule.rule}. At {at_test}: f = {worked}."
+            values = {_value(f, test_case) for f in consistent}
+            return values.pop() if len(values) == 1 and None not in values else None
+    return None
 
 
 class FunctionSolver:
@@ -107,21 +91,21 @@ class FunctionSolver:
         self._probes = list(PROBE_POOL)
         self._last_probe: list[float] | None = None
 
-    def next_action(self, last_feedback: str | None) -> Action:
-        """The next action, read off the transcript so far; the answer comes with its reasoning."""
+    def next_action(self, last_feedback: str | None) -> tuple[str, str]:
+        """The next (choice, content), read off the transcript so far."""
         self._read(last_feedback)
         if self._test_case is not None:
             answer = implied_answer(self._test_case, self._observations)
             if answer is None:
                 raise UngroundedTask(f"function task {self._task!r}: the probes do not imply an answer")
-            return Action("answer", format_number(answer), answer_reasoning(self._test_case, self._observations))
+            return "answer", format_number(answer)
         if self._observations and self._enough():
-            return Action("search", "test")
+            return "search", "test"
         while self._probes:
             probe = [float(v) for v in self._probes.pop(0)]
             if probe != self._hidden_case:  # the env refuses the test case itself
                 self._last_probe = probe
-                return Action("action", " ".join(format_number(v) for v in probe))
+                return "action", " ".join(format_number(v) for v in probe)
         raise UngroundedTask(f"function task {self._task!r}: the probes do not pin down a simple rule")
 
     def _enough(self) -> bool:

@@ -60,7 +60,7 @@ class SolverServer(LoopbackChatServer):
         task = self.by_seed[body["seed"]]
         if task.item_key in self.failing:
             return web.json_response({"error": {"message": "scripted outage", "type": "server_error"}}, status=503)
-        choice, content = self._next_action(task, body["messages"])[:2]
+        choice, content = self._next_action(task, body["messages"])
         arguments = json.dumps({"choice": choice, "content": content})
         if task.gym in self.text_gyms:  # the call written as text, as served models without a tool parser do
             message = {"role": "assistant",

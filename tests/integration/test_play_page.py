@@ -104,7 +104,7 @@ def test_play_page_episode_typed_then_agent(play_server, browser):
     solver = make_solver("function", task, np.random.default_rng(0))
     feedback = None
     for turn in range(1, 9):
-        choice, content = solver.next_action(feedback)[:2]
+        choice, content = solver.next_action(feedback)
         Select(browser.find_element(By.ID, "choice")).select_by_value(choice)
         browser.find_element(By.ID, "content").send_keys(content)
         browser.find_element(By.ID, "send").click()

@@ -22,7 +22,7 @@ class SolverPolicy:
         self.last_feedback = None
 
     async def __call__(self, request: GenerationRequest) -> GenerationOutput:
-        choice, content = self.solver.next_action(self.last_feedback)[:2]
+        choice, content = self.solver.next_action(self.last_feedback)
         ids = self.chat._encode(self.chat.render_action(choice, content) + self.extra) + [self.chat.tokenizer.eos_token_id]
         return GenerationOutput(ids, [-0.5] * len(ids), "stop", policy_version=3)
 

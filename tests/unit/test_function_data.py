@@ -207,20 +207,6 @@ def test_every_demonstrated_answer_follows_from_the_transcript() -> None:
         assert float(steps[-1][1]) == _derived_answer(steps), (task.item_key, steps)
 
 
-def test_the_reasoning_works_the_rule_out_at_the_test_input() -> None:
-    task = next(t for t in load_function_tasks("train", difficulty=1) if t.data["rule"] == "4 + c")
-    solver = FunctionSolver(task, np.random.default_rng(0))
-    feedback = None
-    for _ in range(5):
-        action = solver.next_action(feedback)
-        if action.choice == "answer":
-            break
-        feedback = {"1 2 3 4": "For numbers [1.0, 2.0, 3.0, 4.0], the result is 7.0.",
-                    "3 7 2 5": "For numbers [3.0, 7.0, 2.0, 5.0], the result is 6.0.",
-                    "test": "Test case: [4, 2, 9, 6]"}[action.content]
-    assert tuple(action) == ("answer", "13", "The probes fit f = c + 4. At a=4, b=2, c=9, d=6: f = 9 + 4 = 13.")
-
-
 def test_the_old_uninformative_probe_justifies_no_answer() -> None:
     # What the first solver did: probe 4 2 2 1 (b = c) and answer from the rule. Nothing follows from it.
     steps = [("action", "4 2 2 1", "For numbers [4.0, 2.0, 2.0, 1.0], the result is 2.0.", 0.0),
@@ -231,19 +217,17 @@ def test_the_old_uninformative_probe_justifies_no_answer() -> None:
 def test_solver_answer_is_read_from_the_transcript() -> None:
     task = next(t for t in load_function_tasks("test", difficulty=0) if t.data["rule"] == "b")
     solver = make_solver("function", task, np.random.default_rng(5))
-    assert solver.next_action(None)[:2] == ("action", "1 2 3 4")
-    assert solver.next_action("For numbers [1.0, 2.0, 3.0, 4.0], the result is 2.0.")[:2] == ("search", "test")
-    # f = b by the probe; the answer is b of the test case shown, not the task's own numbers, and the
-    # demonstration says so before answering.
-    assert tuple(solver.next_action("Test case: [9, 8, 7, 6]")) == (
-        "answer", "8", "The probes fit f = b. At a=9, b=8, c=7, d=6: f = 8.")
+    assert solver.next_action(None) == ("action", "1 2 3 4")
+    assert solver.next_action("For numbers [1.0, 2.0, 3.0, 4.0], the result is 2.0.") == ("search", "test")
+    # f = b by the probe; the answer is b of the test case shown, not the task's own numbers.
+    assert solver.next_action("Test case: [9, 8, 7, 6]") == ("answer", "8")
 
 
 def test_solver_avoids_the_test_case() -> None:
     task = load_function_tasks("test", difficulty=0)[0]
     task.data = dict(task.data, test_case=[1, 2, 3, 4])
     solver = FunctionSolver(task, np.random.default_rng(0))
-    assert solver.next_action(None)[:2] == ("action", "3 7 2 5")
+    assert solver.next_action(None) == ("action", "3 7 2 5")
 
 
 def test_format_number() -> None:
