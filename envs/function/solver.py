@@ -73,53 +73,59 @@ def implied_answer(test_case: list[float], observations: list[tuple[list[float],
 
 
 class FunctionSolver:
-    """Probes from PROBE_POOL until they imply the right answer, then `search test`, then that answer."""
+    """`search test`, then probes until they imply the right answer, then that answer.
+
+    Two probe plans, chosen by the task's level (the hidden task may choose the plan, never the answer):
+    level 0 zeroes one variable of the test input at a time ("does f change without a?"), so a result
+    that is not 0 is already f at the test input; the other levels probe PROBE_POOL.
+    """
 
     def __init__(self, task: Task, rng: np.random.Generator) -> None:
-        # rng is unused (one plan for every task); the registry's solvers all take it.
+        # rng is unused (one plan per level); the registry's solvers all take it.
         if task.difficulty is not None and task.difficulty not in GROUNDED_LEVELS:
             raise UngroundedTask(
                 f"function task {task.item_key!r} (level {task.difficulty}): only levels "
                 f"{list(GROUNDED_LEVELS)} can be answered from a few probes"
             )
         self._task = task.item_key
-        # The hidden test case and result choose the plan only (how many probes), never the answer.
-        self._hidden_case = [float(v) for v in task.data["test_case"]]
+        self._ablate = task.difficulty == 0
+        # The hidden result chooses how many probes to make, never the answer.
         self._expected = float(task.data["expected_result"])
         self._test_case: list[float] | None = None
         self._observations: list[tuple[list[float], float]] = []
-        self._probes = list(PROBE_POOL)
+        self._probes: list[list[float]] = []
         self._last_probe: list[float] | None = None
 
     def next_action(self, last_feedback: str | None) -> tuple[str, str]:
         """The next (choice, content), read off the transcript so far."""
         self._read(last_feedback)
-        if self._test_case is not None:
-            answer = implied_answer(self._test_case, self._observations)
-            if answer is None:
-                raise UngroundedTask(f"function task {self._task!r}: the probes do not imply an answer")
-            return "answer", format_number(answer)
-        if self._observations and self._enough():
+        if self._test_case is None:
             return "search", "test"
+        answer = implied_answer(self._test_case, self._observations) if self._observations else None
+        if answer is not None and abs(answer - self._expected) <= 1e-6:
+            return "answer", format_number(answer)
         while self._probes:
-            probe = [float(v) for v in self._probes.pop(0)]
-            if probe != self._hidden_case:  # the env refuses the test case itself
+            probe = self._probes.pop(0)
+            if probe != self._test_case:  # the env refuses the test case itself
                 self._last_probe = probe
                 return "action", " ".join(format_number(v) for v in probe)
         raise UngroundedTask(f"function task {self._task!r}: the probes do not pin down a simple rule")
-
-    def _enough(self) -> bool:
-        answer = implied_answer(self._hidden_case, self._observations)
-        return answer is not None and abs(answer - self._expected) <= 1e-6
 
     def _read(self, feedback: str | None) -> None:
         if feedback is None:
             return
         if (match := _TEST_CASE_RE.match(feedback)) is not None:
             self._test_case = [float(v) for v in match.group(1).split(",")]
+            self._probes = (ablation_probes(self._test_case) if self._ablate
+                            else [[float(v) for v in probe] for probe in PROBE_POOL])
         elif self._last_probe is not None and (match := _RESULT_RE.match(feedback)) is not None:
             self._observations.append((self._last_probe, float(match.group(1))))
         self._last_probe = None
+
+
+def ablation_probes(test_case: list[float]) -> list[list[float]]:
+    """The test input with one variable set to 0, for a, b, c and d in turn."""
+    return [[0.0 if i == j else v for j, v in enumerate(test_case)] for i in range(len(test_case))]
 
 
 def solve_episode(

@@ -157,10 +157,13 @@ def test_solver_solves_every_task_of_levels_0_to_2_and_refuses_the_others() -> N
             continue
         steps = solve_episode(env, task, np.random.default_rng(0))
         assert 3 <= len(steps) <= 5 and steps[-1][2:] == ("Correct!", 1.0), (task.item_key, steps)
-        assert steps[-2][:2] == ("search", "test")
-        assert all(s[0] == "action" and "the result is" in s[2] for s in steps[:-2])
-        if task.difficulty == 0:  # one probe of distinct values names the variable
-            assert [s[1] for s in steps[:-2]] == ["1 2 3 4"]
+        assert steps[0][:2] == ("search", "test")
+        assert all(s[0] == "action" and "the result is" in s[2] for s in steps[1:-1])
+        if task.difficulty == 0:  # one probe: the test input with a set to 0
+            test_case = task.data["test_case"]
+            assert [s[1] for s in steps[1:-1]] == [" ".join(str(v) for v in [0, *test_case[1:]])]
+        else:
+            assert [s[1] for s in steps[1:-1]] == [" ".join(map(str, p)) for p in PROBE_POOL[: len(steps) - 2]]
 
 
 # A plain re-derivation of the answer from the transcript alone, written here without the solver's
@@ -216,18 +219,32 @@ def test_the_old_uninformative_probe_justifies_no_answer() -> None:
 
 def test_solver_answer_is_read_from_the_transcript() -> None:
     task = next(t for t in load_function_tasks("test", difficulty=0) if t.data["rule"] == "b")
+    a, b, c, d = task.data["test_case"]
     solver = make_solver("function", task, np.random.default_rng(5))
-    assert solver.next_action(None) == ("action", "1 2 3 4")
-    assert solver.next_action("For numbers [1.0, 2.0, 3.0, 4.0], the result is 2.0.") == ("search", "test")
-    # f = b by the probe; the answer is b of the test case shown, not the task's own numbers.
-    assert solver.next_action("Test case: [9, 8, 7, 6]") == ("answer", "8")
+    assert solver.next_action(None) == ("search", "test")
+    # The probe is built from the test case shown, and the answer follows from its result: f does not
+    # change when a is 0, so the simple rule that gives this result gives it at the test input too.
+    assert solver.next_action(f"Test case: [{a}, {b}, {c}, {d}]") == ("action", f"0 {b} {c} {d}")
+    feedback = f"For numbers [0.0, {b:.1f}, {c:.1f}, {d:.1f}], the result is {b:.1f}."
+    assert solver.next_action(feedback) == ("answer", str(b))
+
+
+def test_solver_reads_a_zero_as_f_equals_a() -> None:
+    task = next(t for t in load_function_tasks("test", difficulty=0) if t.data["rule"] == "a")
+    solver = make_solver("function", task, np.random.default_rng(0))
+    solver.next_action(None)
+    assert solver.next_action(f"Test case: {task.data['test_case']}")[0] == "action"
+    probe = [0.0, *map(float, task.data["test_case"][1:])]
+    answer = solver.next_action(f"For numbers {probe}, the result is 0.0.")
+    assert answer == ("answer", str(task.data["test_case"][0]))
 
 
 def test_solver_avoids_the_test_case() -> None:
-    task = load_function_tasks("test", difficulty=0)[0]
+    task = load_function_tasks("test", difficulty=1)[0]
     task.data = dict(task.data, test_case=[1, 2, 3, 4])
     solver = FunctionSolver(task, np.random.default_rng(0))
-    assert solver.next_action(None) == ("action", "3 7 2 5")
+    solver.next_action(None)
+    assert solver.next_action("Test case: [1, 2, 3, 4]") == ("action", "3 7 2 5")
 
 
 def test_format_number() -> None:
