@@ -83,7 +83,7 @@ def plot_curve(points: list[CurvePoint], path: Path, title: str) -> Path:
                 label=f"held-out success (greedy, {heldout[-1].heldout_episodes} test tasks, 95% CI)")
     ax.set(xlabel="iteration", ylabel="success rate", ylim=(0, 1), title=title)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
