@@ -1,14 +1,15 @@
 """Observation-grounded scripted solver of the Function gym, used to write SFT demonstrations.
 
-Every answer follows from the transcript: the solver probes fixed informative inputs, fetches the test
-case, and answers what the simplest rules consistent with the probes give at the test case (Occam's
-razor over three classes, simplest first: one variable; one variable and a constant under + - *; two
-variables under + - * /, the rules of builtin levels 0-2). It answers only when every consistent rule of
-the simplest class that has one agrees. The hidden task only chooses the plan: the solver keeps probing
+Every answer follows from the transcript: the solver fetches the test case, probes, and answers what
+the simplest rules consistent with the probes give at the test case (Occam's razor over three classes,
+simplest first: one variable; one variable and a constant under + - *; two variables under + - * /, the
+rules of builtin levels 0-2). It answers only when every consistent rule of the simplest class that has
+one agrees. The hidden task only chooses the plan (which probes, how many): the solver keeps probing
 while that inference would still be wrong (a level-1 rule can look like a single variable after one
-probe), so a demonstration never ends in a justified but wrong answer. Three probes single out every
-rule of the classes, whatever the test case. Rules outside them (levels 3 and 4) cannot be pinned down
-by a few probes, so the solver refuses them with `UngroundedTask` rather than answer from hidden state.
+probe), so a demonstration never ends in a justified but wrong answer. Three probes of PROBE_POOL single
+out every rule of the classes, whatever the test case. Rules outside them (levels 3 and 4) cannot be
+pinned down by a few probes, so the solver refuses them with `UngroundedTask` rather than answer from
+hidden state.
 """
 
 from __future__ import annotations
