@@ -74,6 +74,12 @@ class EnvConfig(_Section):
 class EnvRunnerConfig(_Section):
     num_env_runners: int = Field(2, ge=1)
     num_cpus_per_env_runner: float = Field(0.1, ge=0)
+    restart_failed_env_runners: bool = Field(
+        True, description="Recreate an env runner or policy replica whose process died and re-run the episodes "
+        "it held on a healthy runner, with the same seeds (RLlib's key); false = a dead actor ends the run.")
+    max_episode_retries: int = Field(
+        2, ge=0, description="Times one episode is re-run after the actor playing it died; past that it is "
+        "counted as aborted.")
 
 
 class PolicyConfig(_Section):
