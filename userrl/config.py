@@ -175,6 +175,9 @@ class LearnerConfig(_Section):
         "float32", description="bfloat16: autocast on CPU, FSDP mixed precision on GPU (fp32 master weights)."
     )
     gradient_checkpointing: bool = False
+    max_failures: int = Field(
+        2, ge=0, description="Learner-group failures (a learner process dies) that Ray Train recovers from by "
+        "restarting the group from this run's newest complete checkpoint; 0 = the run fails at once.")
 
 
 class EvaluationConfig(_Section):
