@@ -55,29 +55,9 @@ def _config(args: argparse.Namespace):
                     max_model_len=2048, max_batch_size=64, vllm=vllm)
             .training(batch_size=args.tasks, group_size=args.group, micro_batch_tokens=4096)
             .learners(num_learners=1)
+            .env_runners(num_env_runners=args.runners, num_cpus_per_env_runner=0.25)
+            .policy(num_cpus_per_replica=1)
             .to_config())
-
-
-def _start(config, model_path: str, runners: int):
-    import ray
-    from transformers import AutoTokenizer
-
-    from userrl.actors.env_runner import EnvRunner
-    from userrl.actors.policy_replica import PolicyReplica
-    from userrl.rollout import RolloutLimits
-
-    pc, ec = config.policy, config.env
-    pad = AutoTokenizer.from_pretrained(model_path).pad_token_id
-    replica = ray.remote(PolicyReplica).options(num_cpus=1, max_concurrency=4096).remote(
-        model_path, pc.engine, pc.dtype, pc.max_batch_size, None, pad, max_model_len=pc.max_model_len,
-        engine_options=pc.vllm)
-    limits = RolloutLimits(max_turns=ec.max_turns, max_new_tokens=pc.max_new_tokens, max_model_len=pc.max_model_len,
-                           temperature=pc.temperature)
-    env_kwargs = {spec.name: {"max_steps": ec.max_steps} for spec in ec.gyms}
-    actors = [ray.remote(EnvRunner).options(num_cpus=0.25, max_concurrency=64).remote(
-        model_path, ec.protocol, limits, [replica], env_kwargs) for _ in range(runners)]
-    ray.get(replica.get_version.remote())
-    return replica, actors
 
 
 def rollout(coordinator, iteration: int):
@@ -120,7 +100,7 @@ def naive_loop(config, model_path: str, episodes: int) -> tuple[int, float, int]
     from userrl.coordinator import TaskMixture
     from userrl.engines.base import GenerationOutput
     from userrl.envs import make_env
-    from userrl.rollout import RolloutLimits, run_episode
+    from userrl.rollout import RolloutLimits, TokenPolicy, run_episode
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, config.policy.dtype)).eval()
@@ -146,7 +126,7 @@ def naive_loop(config, model_path: str, episodes: int) -> tuple[int, float, int]
     sampled, start = 0, time.perf_counter()
     for i, task in enumerate(tasks):
         env = make_env(task.gym, task, max_steps=ec.max_steps)
-        traj = asyncio.run(run_episode(env, task, chat, generate, limits, uid=f"c{i}", group_id=f"c{i}"))
+        traj = asyncio.run(run_episode(env, task, TokenPolicy(chat, generate), limits, uid=f"c{i}", group_id=f"c{i}"))
         sampled += traj.num_sampled
     return sampled, time.perf_counter() - start, len(tasks)
 
@@ -180,13 +160,14 @@ def learner_throughput(config, model_path: str, trajectories) -> tuple[dict, flo
     return metrics, seconds, learner.full_state_dict()
 
 
-def _measure(args: argparse.Namespace, config, model_path: str, replica, runners):
+def _measure(args: argparse.Namespace, config, model_path: str, group):
     """Runs (b), (a), (c), the learner update and the weight sync; None after (a) with --rollout-only."""
     import ray
 
     from userrl.coordinator import RolloutCoordinator
 
-    coordinator = RolloutCoordinator(config, runners, [replica])
+    coordinator = RolloutCoordinator(config, group)
+    replica = group.replicas[0]
     rollout(coordinator, 100)  # warm-up: first requests, compiled shapes, env imports
     trajectories, b_s = rollout(coordinator, 1)
     b_tokens = sum(t.num_sampled for t in trajectories)
@@ -228,20 +209,19 @@ def main() -> None:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
 
+    from userrl.env_runner_group import EnvRunnerGroup
     from userrl.models import resolve_model
 
     config = _config(args)
     model_path = resolve_model(args.model)
     ray.init(num_cpus=4, logging_config=ray.LoggingConfig(encoding="TEXT", log_level="WARNING"))
     start = time.perf_counter()
-    replica, runners = _start(config, model_path, args.runners)
+    group = EnvRunnerGroup(config, model_path)
     print(f"replica ({args.engine}) and {args.runners} env runners up in {time.perf_counter() - start:.1f} s")
     try:
-        measured = _measure(args, config, model_path, replica, runners)
+        measured = _measure(args, config, model_path, group)
     finally:
-        ray.get(replica.shutdown.remote())  # the vLLM engine's own processes
-        for actor in [replica, *runners]:
-            ray.kill(actor)
+        group.stop()  # the vLLM engine's own processes, then the actors
         ray.shutdown()
     if measured is None:
         return

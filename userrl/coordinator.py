@@ -1,18 +1,18 @@
-"""Rank 0's side of the RL loop: draw tasks, run them on the env runners, sync weights to replicas."""
+"""Rank 0's side of the RL loop: draw each iteration's tasks, play them through the EnvRunnerGroup, and
+measure them."""
 
 from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import ray
 
 from userrl.actors.env_runner import EpisodeSpec
 from userrl.config import UserRLConfig
+from userrl.env_runner_group import EnvRunnerGroup, RolloutJob
 from userrl.envs import Task, load_tasks
 from userrl.trajectory import Trajectory
 
@@ -78,62 +78,37 @@ def rollout_metrics(trajectories: list[Trajectory], seconds: float, prefix: str 
     return metrics
 
 
-def play_chunks(runners: list[Any], chunks: list[list[EpisodeSpec]], seeds: list[int],
-                temperature: float | None, max_in_flight: int) -> Iterator[tuple[int, list[Trajectory]]]:
-    """Play chunks of episodes on the runners, at most `max_in_flight` chunks at once; yields
-    (chunk index, trajectories) as each chunk finishes, so callers can save results as they come."""
-    pending = list(range(len(chunks)))
-    in_flight: dict[Any, tuple[int, int]] = {}
-    load = [0] * len(runners)
-    while pending or in_flight:
-        while pending and len(in_flight) < max(1, max_in_flight):
-            index = pending.pop(0)
-            runner = min(range(len(runners)), key=load.__getitem__)
-            ref = runners[runner].run.remote(chunks[index], seeds[index], temperature)
-            in_flight[ref] = (index, runner)
-            load[runner] += 1
-        (ready,), _ = ray.wait(list(in_flight), num_returns=1)
-        index, runner = in_flight.pop(ready)
-        load[runner] -= 1
-        yield index, ray.get(ready)
-
-
 @dataclass
 class PendingRollout:
-    """Episodes handed to the env runners whose trajectories are not gathered yet."""
+    """An iteration's episodes handed to the env runners, not gathered yet."""
 
-    refs: list[Any]
+    job: RolloutJob
     specs: list[EpisodeSpec]
-    started: float
     iteration: int | None = None
 
     def cancel(self) -> None:
         """Stop the runners' work on these episodes (a run that ends early leaves nothing in flight)."""
-        for ref in self.refs:
-            ray.cancel(ref)
+        self.job.cancel()
 
 
 class RolloutCoordinator:
-    """Drives the env runners and replicas from rank 0 of the learner group."""
+    """Rank 0's rollout driver: draws each iteration's tasks and plays them through the EnvRunnerGroup."""
 
-    def __init__(self, config: UserRLConfig, runners: list[Any], replicas: list[Any]):
+    def __init__(self, config: UserRLConfig, group: EnvRunnerGroup):
         self.config = config
-        self.runners = runners
-        self.replicas = replicas
+        self.group = group
         self.train_tasks = TaskMixture(config)
 
     def launch(self, specs: list[EpisodeSpec], seed: int, temperature: float | None = None,
                iteration: int | None = None) -> PendingRollout:
         """Spread episodes over the runners and return at once; `gather` collects them."""
-        shares = [specs[i::len(self.runners)] for i in range(len(self.runners))]
-        refs = [runner.run.remote(share, seed, temperature)
-                for runner, share in zip(self.runners, shares, strict=True) if share]
-        return PendingRollout(refs, specs, time.perf_counter(), iteration)
+        chunks = self.group.split(specs)
+        return PendingRollout(self.group.launch(chunks, [seed] * len(chunks), temperature), specs, iteration)
 
     @staticmethod
     def gather(pending: PendingRollout) -> list[Trajectory]:
         """Wait for launched episodes and return their trajectories in the order of their specs."""
-        by_uid = {t.uid: t for share in ray.get(pending.refs) for t in share}
+        by_uid = {t.uid: t for t in pending.job.gather()}
         return [by_uid[spec.uid] for spec in pending.specs]
 
     def play(self, specs: list[EpisodeSpec], seed: int, temperature: float | None = None) -> list[Trajectory]:
@@ -147,12 +122,14 @@ class RolloutCoordinator:
         return self.launch(specs, seed=self.config.experiment.seed, iteration=iteration)
 
     def finish_rollout(self, pending: PendingRollout) -> tuple[list[Trajectory], dict[str, float]]:
-        """Gather a launched batch; `time/rollout_s` runs from its launch, `time/rollout_wait_s` from now."""
+        """Gather a launched batch; `time/rollout_s` runs from its launch, `time/rollout_wait_s` from now.
+        Restarted actors and re-run episodes since the last gather are counted as `rollout/...`."""
         waited = time.perf_counter()
         trajectories = self.gather(pending)
         done = time.perf_counter()
-        metrics = rollout_metrics(trajectories, done - pending.started)
-        metrics["time/rollout_s"] = done - pending.started
+        metrics = rollout_metrics(trajectories, done - pending.job.started)
+        metrics.update({f"rollout/{name}": count for name, count in self.group.pop_counters().items()})
+        metrics["time/rollout_s"] = done - pending.job.started
         metrics["time/rollout_wait_s"] = done - waited
         return trajectories, metrics
 
@@ -167,22 +144,3 @@ class RolloutCoordinator:
         trajectories = self.play(episode_specs(tasks, 1, "eval"), seed=self.config.experiment.seed,
                                  temperature=temperature)
         return trajectories, rollout_metrics(trajectories, time.perf_counter() - start, prefix="eval")
-
-    def sleep_replicas(self) -> float:
-        """Free the replicas' device memory for the update (vllm sleep mode; a no-op elsewhere); returns seconds."""
-        start = time.perf_counter()
-        ray.get([replica.sleep.remote() for replica in self.replicas])
-        return time.perf_counter() - start
-
-    def wake_replicas(self) -> float:
-        """Take the replicas' device memory back before the weight sync; returns seconds."""
-        start = time.perf_counter()
-        ray.get([replica.wake_up.remote() for replica in self.replicas])
-        return time.perf_counter() - start
-
-    def sync_weights(self, state_dict: dict, version: int) -> float:
-        """Send new weights to every replica (through the object store); returns seconds."""
-        start = time.perf_counter()
-        ref = ray.put(state_dict)
-        ray.get([replica.load_weights.remote(ref, version) for replica in self.replicas])
-        return time.perf_counter() - start

@@ -1,7 +1,7 @@
 """`userrl evaluate`: play every test item x pass of each gym and report the UserRL metrics (GYMS.md 0.10).
 
-A checkpoint or a configured model plays through the usual replicas and env runners (GRPOMultiTurn,
-without learners); `--policy openai:MODEL@URL` plays message-level episodes against any OpenAI-compatible
+A checkpoint or a configured model plays through the usual replicas and env runners (an EnvRunnerGroup,
+no learners); `--policy openai:MODEL@URL` plays message-level episodes against any OpenAI-compatible
 endpoint in this process. Results are written as parquet shards (one gym x pass x chunk each, atomically)
 under the output folder as episodes finish, so an interrupted evaluation resumes where it stopped: a re-run
 reads the shards and plays only the missing (gym, item, pass) episodes (aborted ones are retried). At the
@@ -31,7 +31,6 @@ from userrl.actors.env_runner import EpisodeSpec
 from userrl.config import GymSpec, UserRLConfig, load_config
 from userrl.envs import GYMS, Task, load_tasks
 from userrl.eval_metrics import EPISODE_SCHEMA, TRAVEL, flat_metrics, summarize
-from userrl.rollout import RolloutLimits
 from userrl.trajectory import Trajectory
 
 log = logging.getLogger(__name__)
@@ -267,38 +266,41 @@ def episode_spec(episode: Episode) -> EpisodeSpec:
 
 def _play_ray(config: UserRLConfig, checkpoint: str | None, chunks: list[list[Episode]], seeds: list[int],
               on_chunk: Callable[[int, list[Trajectory]], None]) -> None:
-    from userrl.algorithm import GRPOMultiTurn
-    from userrl.coordinator import play_chunks
+    from userrl.cluster import init_ray
+    from userrl.env_runner_group import EnvRunnerGroup
+    from userrl.models import resolve_model
 
-    config = config.model_copy(deep=True)
-    config.checkpointing.resume_from = checkpoint
-    algo = GRPOMultiTurn(config)
+    config = config.with_absolute_paths()
+    model_path = str(Path(checkpoint).resolve() / "model") if checkpoint else resolve_model(config.policy.model)
+    owns_ray = init_ray(config)
+    group = EnvRunnerGroup(config, model_path)
     try:
         ev = config.evaluation
         specs = [[episode_spec(e) for e in chunk] for chunk in chunks]
-        max_in_flight = max(1, ev.concurrency // CHUNK_SIZE)
-        for index, trajectories in play_chunks(algo.runners, specs, seeds, ev.temperature, max_in_flight):
+        for index, trajectories in group.launch(specs, seeds, ev.temperature, max(1, ev.concurrency // CHUNK_SIZE)):
             on_chunk(index, trajectories)
     finally:
-        algo.stop()
+        group.stop()
+        if owns_ray:
+            import ray
+
+            ray.shutdown()
 
 
 def _play_openai(config: UserRLConfig, policy: str, chunks: list[list[Episode]], seeds: list[int],
                  on_chunk: Callable[[int, list[Trajectory]], None]) -> None:
+    from userrl.env_runner_group import env_kwargs, rollout_limits
     from userrl.openai_policy import OpenAIEpisodePlayer, OpenAIPolicy, parse_policy
 
     ec, ev = config.env, config.evaluation
-    limits = RolloutLimits(max_turns=ec.max_turns, temperature=ev.temperature,
-                           show_reward_in_feedback=ec.show_reward_in_feedback)
-    env_kwargs = {spec.name: {"max_steps": ec.max_steps, "step_timeout_s": ec.step_timeout_s,
-                              "backend": ec.backend, **spec.kwargs} for spec in ec.gyms}
+    limits = rollout_limits(config, ev.temperature)
 
     async def run() -> None:
         client = OpenAIPolicy(parse_policy(policy), ec.protocol, ev.openai_max_tokens, ev.openai_timeout_s)
-        player = OpenAIEpisodePlayer(client, limits, env_kwargs, ev.concurrency, ec.backend, ec.llm)
+        player = OpenAIEpisodePlayer(client, limits, env_kwargs(config), ev.concurrency, ec.backend, ec.llm)
 
         async def one(index: int) -> tuple[int, list[Trajectory]]:
-            return index, await player.play([episode_spec(e) for e in chunks[index]], seeds[index])
+            return index, await player.run([episode_spec(e) for e in chunks[index]], seeds[index])
 
         try:
             for future in asyncio.as_completed([one(i) for i in range(len(chunks))]):
@@ -466,4 +468,21 @@ def cli_evaluate(args: Any, console: Console) -> int:
                       "again to resume")
         return 130
     print_summary(result, console)
-    return 0
+    return EXIT_ABORTED if report_aborted(result, console) else 0
+
+
+#: `userrl evaluate`'s exit status when episodes were aborted (excluded from the metrics; a re-run retries them).
+EXIT_ABORTED = 3
+
+
+def report_aborted(result: EvalResult, console: Console) -> int:
+    """Print each gym's aborted episodes with their errors; returns how many there were."""
+    aborted = result.frame.filter(pl.col("aborted"))
+    if aborted.is_empty():
+        return 0
+    counts = aborted.group_by("gym", "error", maintain_order=True).len()
+    for gym, error, count in counts.iter_rows():
+        console.print(f"[red]aborted[/] {gym}: {count} episode(s): {error}")
+    console.print(f"{aborted.height} episode(s) aborted and excluded from the metrics (exit status "
+                  f"{EXIT_ABORTED}); run the same command again to retry them")
+    return aborted.height

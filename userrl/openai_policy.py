@@ -3,12 +3,12 @@
 The model sees the task's [system, user] prompt and acts through the `interact_with_env` tool: native
 `tool_calls` (the request carries `tools=[TOOL_SCHEMA]`), or the same call written as `<tool_call>` text.
 With the `bracket` protocol there are no tools and the model writes `[answer] 42` lines. Env stepping and
-turn bookkeeping are those of the token-level rollout (userrl/rollout.py); only the transport differs.
+turn bookkeeping are the token-level rollout's (`userrl.rollout.run_episode`, the one episode loop); only the
+front end differs.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from userrl.actors.env_runner import EpisodeSpec, accepts_llm, make_user_client
+from userrl.actors.env_runner import EpisodePlayer, make_user_client
 from userrl.chat import (
     BRACKET_INSTRUCTIONS,
     IGNORED_CALL_NOTICE,
@@ -26,16 +26,9 @@ from userrl.chat import (
     parse_bracket,
     parse_tool_calls,
 )
-from userrl.envs import MultiTurnEnv, Task, make_env
-from userrl.rollout import (
-    RolloutLimits,
-    abort_trajectory,
-    apply_turn,
-    new_trajectory,
-    request_seed,
-    reset_env,
-)
-from userrl.trajectory import Trajectory, TurnRecord
+from userrl.envs import Task
+from userrl.rollout import AgentTurn, EpisodePolicy, RolloutLimits
+from userrl.trajectory import Trajectory
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +66,7 @@ class Reply:
     completion_tokens: int = 0
 
 
-class OpenAIPolicy:
+class OpenAIPolicy(EpisodePolicy):
     """Chat-completions client for one model; turns replies into parsed interact_with_env calls."""
 
     def __init__(self, spec: OpenAIPolicySpec, protocol: str = "tool_call", max_tokens: int = 2048,
@@ -86,6 +79,21 @@ class OpenAIPolicy:
         # The key is read now, when the client is built (never logged); local servers need none.
         self.client = AsyncOpenAI(base_url=spec.base_url, api_key=os.environ.get("OPENAI_API_KEY") or _KEYLESS,
                                   timeout=timeout_s, max_retries=max(0, attempts - 1))
+
+    def start(self, traj: Trajectory, task: Task) -> None:
+        """The task's opening messages."""
+        traj.messages = self.initial_messages(task.prompt)
+
+    async def act(self, traj: Trajectory, turn: int, limits: RolloutLimits, seed: int) -> AgentTurn:
+        """One chat completion over the conversation so far, kept in the transcript."""
+        reply = await self.complete(traj.messages, limits.temperature, seed)
+        traj.messages.append(reply.message)
+        return AgentTurn(turn, reply.parsed, reply.finish_reason, reply.completion_tokens, reply=reply)
+
+    def observe(self, traj: Trajectory, turn: AgentTurn, feedback: str, limits: RolloutLimits) -> bool:
+        """The env's feedback as tool (or user) messages; the endpoint owns its context budget."""
+        traj.messages.extend(self.tool_messages(turn.reply, feedback))
+        return True
 
     def initial_messages(self, prompt: list[dict[str, str]]) -> list[dict[str, Any]]:
         """The task prompt; the bracket protocol appends its instructions (tools come with the request)."""
@@ -140,42 +148,7 @@ def _native_call(call: Any) -> tuple[str, str] | None:
     return str(arguments.get("choice", "")), str(arguments.get("content", ""))
 
 
-async def play_openai_episode(env: MultiTurnEnv, task: Task, policy: OpenAIPolicy, limits: RolloutLimits, *,
-                              uid: str, group_id: str, seed: int = 0) -> Trajectory:
-    """Play one episode with the endpoint; never raises for env, HTTP or parse failures (they abort it)."""
-    traj = new_trajectory(task, uid, group_id)
-    traj.messages = policy.initial_messages(task.prompt)
-    if not reset_env(env, task, traj):
-        return traj
-    try:
-        for turn in range(limits.max_turns):
-            try:
-                reply = await policy.complete(traj.messages, limits.temperature, request_seed(seed, uid, turn))
-            except Exception as error:  # noqa: BLE001 - an endpoint failure aborts this episode only
-                log.warning("policy request failed for episode %s: %s", uid, error)
-                return abort_trajectory(traj, f"generate_exception:{type(error).__name__}")
-            record = TurnRecord(n_sampled=reply.completion_tokens)
-            traj.turns.append(record)
-            traj.messages.append(reply.message)
-            if reply.finish_reason == "length":
-                traj.stop_reason = "length"
-                break
-            outcome = await apply_turn(env, reply.parsed, record, limits.show_reward_in_feedback)
-            if outcome is None:
-                traj.stop_reason = "no_tool_call"
-                break
-            traj.messages.extend(policy.tool_messages(reply, outcome.feedback))
-            if outcome.error:
-                return abort_trajectory(traj, outcome.error)
-            if outcome.done:
-                traj.stop_reason = "env_done"
-                break
-    finally:
-        env.close()
-    return traj
-
-
-class OpenAIEpisodePlayer:
+class OpenAIEpisodePlayer(EpisodePlayer):
     """Plays EpisodeSpecs against an endpoint in this process, with at most `concurrency` in flight."""
 
     def __init__(self, policy: OpenAIPolicy, limits: RolloutLimits, env_kwargs: dict[str, dict[str, Any]],
@@ -183,20 +156,4 @@ class OpenAIEpisodePlayer:
         if backend == "local":
             raise ValueError("env.backend=local needs user replicas in a Ray cluster; with --policy openai:... "
                              "use env.backend=scripted or env.backend=openai")
-        self.policy, self.limits, self.env_kwargs, self.backend = policy, limits, env_kwargs, backend
-        self.user_client = make_user_client(backend, llm, None, None)
-        self.gate = asyncio.Semaphore(concurrency)
-
-    async def play(self, specs: list[EpisodeSpec], seed: int) -> list[Trajectory]:
-        """Play specs concurrently (bounded by the shared gate); trajectories in spec order."""
-
-        async def one(spec: EpisodeSpec) -> Trajectory:
-            async with self.gate:
-                kwargs = dict(self.env_kwargs.get(spec.task.gym, {}))
-                if self.user_client is not None and accepts_llm(spec.task.gym):
-                    kwargs.update(llm=self.user_client, backend=self.backend)
-                env = make_env(spec.task.gym, spec.task, **kwargs)
-                return await play_openai_episode(env, spec.task, self.policy, self.limits, uid=spec.uid,
-                                                 group_id=spec.group_id, seed=seed)
-
-        return list(await asyncio.gather(*(one(spec) for spec in specs)))
+        super().__init__(policy, limits, env_kwargs, concurrency, backend, make_user_client(backend, llm, None, None))

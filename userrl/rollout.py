@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import zlib
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from userrl.chat import ChatFormat, ParsedTurn
 from userrl.engines.base import GenerationOutput, GenerationRequest
@@ -35,86 +37,138 @@ def request_seed(base_seed: int, uid: str, turn: int) -> int:
     return zlib.crc32(f"{base_seed}:{uid}:{turn}".encode()) & 0x7FFFFFFF
 
 
+@dataclass
+class AgentTurn:
+    """One assistant turn as the episode loop sees it, whatever produced it."""
+
+    turn: int
+    parsed: ParsedTurn
+    finish_reason: str
+    n_sampled: int
+    policy_version: int | None = None
+    #: The front end's own record of the reply (message-level: the assistant message and its call ids).
+    reply: Any = None
+
+
+class EpisodePolicy(ABC):
+    """The agent's side of an episode: writes the prompt, takes turns, and files the env's feedback.
+
+    Token-level (TokenPolicy: a replica's tokens, masks and logprobs) and message-level
+    (openai_policy.OpenAIPolicy: any OpenAI-compatible endpoint) front ends share `run_episode`.
+    """
+
+    @abstractmethod
+    def start(self, traj: Trajectory, task: Task) -> None:
+        """Put the task's opening messages into the trajectory."""
+
+    @abstractmethod
+    async def act(self, traj: Trajectory, turn: int, limits: RolloutLimits, seed: int) -> AgentTurn | None:
+        """Take one assistant turn; None when the context has no room for one."""
+
+    @abstractmethod
+    def observe(self, traj: Trajectory, turn: AgentTurn, feedback: str, limits: RolloutLimits) -> bool:
+        """File the env's feedback to `turn`; False when it did not fit the context."""
+
+
 async def run_episode(
     env: MultiTurnEnv,
     task: Task,
-    chat: ChatFormat,
-    generate: GenerateFn,
+    policy: EpisodePolicy,
     limits: RolloutLimits,
     *,
     uid: str,
     group_id: str,
     seed: int = 0,
 ) -> Trajectory:
-    """Play one episode with the policy behind `generate`; never raises for env or parse failures."""
+    """Play one episode (spec 1.2); never raises for env, policy or parse failures (they abort it)."""
     traj = new_trajectory(task, uid, group_id)
-    messages = chat.initial_messages(task.prompt)
-    traj.messages = [dict(m) for m in messages]
-    for ids, role in chat.encode_prompt(messages):
-        traj.append(ids, role)
-    traj.prompt_len = len(traj.input_ids)
+    policy.start(traj, task)
     if not reset_env(env, task, traj):
         return traj
-
+    versions: list[int] = []
     try:
-        return await _play(env, chat, generate, limits, traj, uid, seed)
+        for turn in range(limits.max_turns):
+            try:
+                reply = await policy.act(traj, turn, limits, request_seed(seed, uid, turn))
+            except Exception as error:  # noqa: BLE001 - a policy failure aborts this episode only
+                log.warning("policy failed in episode %s: %s: %s", uid, type(error).__name__, error)
+                return abort_trajectory(traj, f"generate_exception:{type(error).__name__}", versions)
+            if reply is None:
+                traj.stop_reason = "context_full"
+                break
+            if reply.policy_version is not None:
+                versions.append(reply.policy_version)
+            record = TurnRecord(n_sampled=reply.n_sampled)
+            traj.turns.append(record)
+            if reply.finish_reason == "length":
+                traj.stop_reason = "length"
+                break
+            outcome = await apply_turn(env, reply.parsed, record, limits.show_reward_in_feedback)
+            if outcome is None:
+                traj.stop_reason = "no_tool_call"
+                break
+            fits = policy.observe(traj, reply, outcome.feedback, limits)
+            if outcome.error:
+                return abort_trajectory(traj, outcome.error, versions)
+            if not fits:
+                traj.stop_reason = "context_full"
+                break
+            if outcome.done:
+                traj.stop_reason = "env_done"
+                break
     finally:
         env.close()
+    traj.policy_version = min(versions) if versions else 0
+    return traj
 
 
-async def _play(env: MultiTurnEnv, chat: ChatFormat, generate: GenerateFn, limits: RolloutLimits,
-                traj: Trajectory, uid: str, seed: int) -> Trajectory:
-    versions: list[int] = []
-    for turn in range(limits.max_turns):
-        header = chat.header_ids if turn > 0 else []
+class TokenPolicy(EpisodePolicy):
+    """The token-level front end: rendered ids, loss masks and sampler logprobs from `generate`."""
+
+    def __init__(self, chat: ChatFormat, generate: GenerateFn):
+        self.chat, self.generate = chat, generate
+
+    def start(self, traj: Trajectory, task: Task) -> None:
+        """The rendered prompt (system + user), outside the loss."""
+        messages = self.chat.initial_messages(task.prompt)
+        traj.messages = [dict(m) for m in messages]
+        for ids, role in self.chat.encode_prompt(messages):
+            traj.append(ids, role)
+        traj.prompt_len = len(traj.input_ids)
+
+    async def act(self, traj: Trajectory, turn: int, limits: RolloutLimits, seed: int) -> AgentTurn | None:
+        """The assistant header, then sampled tokens up to the turn and context budgets."""
+        header = self.chat.header_ids if turn > 0 else []
         room = min(limits.max_model_len - len(traj.input_ids),
                    limits.max_response_len - traj.response_len) - len(header)
         if room <= 1:
-            traj.stop_reason = "context_full"
-            break
+            return None
         traj.turn_starts.append(traj.response_len)
         traj.append(header, ROLE_IDS["assistant"], turn=turn)
         request = GenerationRequest(
             prompt_ids=list(traj.input_ids), max_new_tokens=min(room - 1, limits.max_new_tokens),
-            temperature=limits.temperature, top_p=limits.top_p,
-            seed=request_seed(seed, uid, turn), stop_token_ids=chat.stop_token_ids, cache_key=uid,
+            temperature=limits.temperature, top_p=limits.top_p, seed=seed,
+            stop_token_ids=self.chat.stop_token_ids, cache_key=traj.uid,
         )
         try:
-            out = await generate(request)
-        except Exception as error:  # noqa: BLE001 - an engine failure aborts this episode only
-            log.exception("generation failed for episode %s", uid)
-            traj.turn_starts.pop()
+            out = await self.generate(request)
+        except Exception:
+            traj.turn_starts.pop()  # the aborted trajectory keeps what was played before this turn
             _truncate(traj, len(traj.input_ids) - len(header))
-            return abort_trajectory(traj, f"generate_exception:{type(error).__name__}", versions)
-        versions.append(out.policy_version)
+            raise
         traj.append(out.token_ids, ROLE_IDS["assistant"], sampled=True, turn=turn, logprobs=out.logprobs)
-        record = TurnRecord(n_sampled=len(out.token_ids))
-        traj.turns.append(record)
-        text = chat.tokenizer.decode(out.token_ids, skip_special_tokens=True)
+        text = self.chat.tokenizer.decode(out.token_ids, skip_special_tokens=True)
         traj.messages.append({"role": "assistant", "content": text})
-        if out.finish_reason == "length":
-            traj.stop_reason = "length"
-            break
-        parsed = chat.parse(text)
-        outcome = await apply_turn(env, parsed, record, limits.show_reward_in_feedback)
-        if outcome is None:
-            traj.stop_reason = "no_tool_call"
-            break
-        tool_messages = chat.tool_messages(parsed, outcome.feedback)
+        return AgentTurn(turn, self.chat.parse(text), out.finish_reason, len(out.token_ids), out.policy_version)
+
+    def observe(self, traj: Trajectory, turn: AgentTurn, feedback: str, limits: RolloutLimits) -> bool:
+        """The tool message's ids, cut to what the context has room for."""
+        tool_messages = self.chat.tool_messages(turn.parsed, feedback)
         traj.messages.extend(tool_messages)
-        tool_ids = chat.encode_after_assistant(tool_messages)
+        tool_ids = self.chat.encode_after_assistant(tool_messages)
         room = min(limits.max_model_len - len(traj.input_ids), limits.max_response_len - traj.response_len)
-        traj.append(tool_ids[:max(room, 0)], ROLE_IDS["tool"], turn=turn)
-        if outcome.error:
-            return abort_trajectory(traj, outcome.error, versions)
-        if len(tool_ids) > room:
-            traj.stop_reason = "context_full"
-            break
-        if outcome.done:
-            traj.stop_reason = "env_done"
-            break
-    traj.policy_version = min(versions) if versions else 0
-    return traj
+        traj.append(tool_ids[:max(room, 0)], ROLE_IDS["tool"], turn=turn.turn)
+        return len(tool_ids) <= room
 
 
 def _truncate(traj: Trajectory, length: int) -> None:

@@ -294,7 +294,7 @@ def run_trial(trial: dict[str, Any], setup: dict[str, Any]) -> None:
 def _init_ray(sweep: Sweep) -> None:
     import ray
 
-    from userrl.algorithm import check_ray_address
+    from userrl.cluster import check_ray_address
 
     if ray.is_initialized():
         return

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from userrl.actors.policy_replica import ReplicaHandle
 from userrl.engines.base import GenerationRequest
 from userrl.envs.json_extract import extract_json_object, strip_think
 from userrl.envs.llm import RoleCall
@@ -19,7 +20,7 @@ class ReplicaRoleClient:
 
     def __init__(self, replicas: list[Any], tokenizer: Any, *, max_tokens: int = 512, temperature: float = 0.0,
                  attempts: int = 3, timeout_s: float = 120.0):
-        self.replicas, self.tokenizer = list(replicas), tokenizer
+        self.replicas, self.tokenizer = [ReplicaHandle(r) for r in replicas], tokenizer
         self._next = 0
         self.max_tokens, self.temperature = max_tokens, temperature
         self.attempts, self.timeout_s = attempts, timeout_s
@@ -33,8 +34,7 @@ class ReplicaRoleClient:
                                     stop_token_ids=[self.tokenizer.eos_token_id])
         replica = self.replicas[self._next % len(self.replicas)]
         self._next += 1
-        call = replica.generate.remote if hasattr(replica.generate, "remote") else replica.generate
-        out = await asyncio.wait_for(call(request), self.timeout_s)
+        out = await asyncio.wait_for(replica.generate(request), self.timeout_s)
         return strip_think(self.tokenizer.decode(out.token_ids, skip_special_tokens=True)).strip()
 
     async def _retry(self, role: str, attempt_once: Callable[[], Any]) -> tuple[Any, RoleCall]:

@@ -113,9 +113,9 @@ def test_async_run_overlaps_and_stays_one_version_behind(ray_local, tiny_model, 
     algo = _config(tmp_path).training(async_rollout=True).sft(enabled=False).build_algo()
     try:
         results = algo.fit()
-        requests = sum(s["requests"] for s in ray.get([r.get_stats.remote() for r in algo.replicas]))
+        requests = sum(s["requests"] for s in ray.get([r.get_stats.remote() for r in algo.env_runner_group.replicas]))
         time.sleep(1.0)
-        requests_later = sum(s["requests"] for s in ray.get([r.get_stats.remote() for r in algo.replicas]))
+        requests_later = sum(s["requests"] for s in ray.get([r.get_stats.remote() for r in algo.env_runner_group.replicas]))
     finally:
         algo.stop()
     assert [r["iteration"] for r in results] == [1, 2, 3]
@@ -146,10 +146,10 @@ def test_cancelled_rollout_stops_and_leaves_the_runners_usable(ray_local, tiny_m
     algo = (_config(tmp_path).policy(max_new_tokens=24, max_batch_size=4)
             .training(batch_size=8, group_size=4).build_algo())  # 32 first turns queue 4 at a time
     try:
-        coordinator = RolloutCoordinator(algo.config, algo.runners, algo.replicas)
+        coordinator = RolloutCoordinator(algo.config, algo.env_runner_group)
 
         def served() -> int:
-            return sum(s["requests"] for s in ray.get([r.get_stats.remote() for r in algo.replicas]))
+            return sum(s["requests"] for s in ray.get([r.get_stats.remote() for r in algo.env_runner_group.replicas]))
 
         pending = coordinator.start_rollout(0)
         while served() == 0:

@@ -123,7 +123,7 @@ def test_unreachable_cluster_fails_fast(tmp_path):
 
 
 def test_address_forms_are_checked_before_connecting():
-    from userrl.algorithm import check_ray_address
+    from userrl.cluster import check_ray_address
 
     with pytest.raises(ValueError, match="dashboard/Jobs URL.*ray job submit"):
         check_ray_address("http://127.0.0.1:8265")

@@ -9,7 +9,7 @@ import pytest
 from userrl.chat import IGNORED_CALL_NOTICE, ChatFormat, parse_bracket, parse_tool_calls
 from userrl.engines.base import GenerationOutput, GenerationRequest
 from userrl.envs import load_tasks, make_env, make_solver
-from userrl.rollout import RolloutLimits, run_episode
+from userrl.rollout import RolloutLimits, TokenPolicy, run_episode
 from userrl.sft import solver_demonstrations
 from userrl.trajectory import ROLE_IDS, read_parquet, write_parquet
 
@@ -37,7 +37,7 @@ async def _play(chat, task, policy, limits):
         return result
 
     env.astep = astep
-    return await run_episode(env, task, chat, policy, limits, uid="u0", group_id="g0")
+    return await run_episode(env, task, TokenPolicy(chat, policy), limits, uid="u0", group_id="g0")
 
 
 @pytest.mark.parametrize("protocol", ["bracket", "tool_call"])
@@ -81,7 +81,7 @@ def test_no_tool_call_ends_the_episode_with_zero_reward(tokenizer):
         ids = chat._encode("I think the answer is 7.") + [tokenizer.eos_token_id]
         return GenerationOutput(ids, [0.0] * len(ids), "stop")
 
-    traj = asyncio.run(run_episode(make_env("function", task), task, chat, chatter, RolloutLimits(), uid="u", group_id="g"))
+    traj = asyncio.run(run_episode(make_env("function", task), task, TokenPolicy(chat, chatter), RolloutLimits(), uid="u", group_id="g"))
     traj.check()
     assert traj.stop_reason == "no_tool_call" and traj.turn_rewards == [0.0] and not traj.turns[0].executed
 
@@ -93,7 +93,7 @@ def test_engine_failure_is_a_counted_abort(tokenizer):
     async def broken(request):
         raise RuntimeError("engine down")
 
-    traj = asyncio.run(run_episode(make_env("function", task), task, chat, broken, RolloutLimits(), uid="u", group_id="g"))
+    traj = asyncio.run(run_episode(make_env("function", task), task, TokenPolicy(chat, broken), RolloutLimits(), uid="u", group_id="g"))
     assert traj.aborted and traj.stop_reason == "aborted" and traj.error.startswith("generate_exception")
     traj.check()
 
@@ -147,7 +147,7 @@ def test_an_env_that_raises_gives_a_counted_aborted_episode(tokenizer):
 
     chat = ChatFormat(tokenizer, "bracket")
     task = load_tasks("function", split="test")[0]
-    traj = asyncio.run(run_episode(BrokenEnv(task), task, chat, SolverPolicy(chat, task), RolloutLimits(),
+    traj = asyncio.run(run_episode(BrokenEnv(task), task, TokenPolicy(chat, SolverPolicy(chat, task)), RolloutLimits(),
                                    uid="u", group_id="g"))
     traj.check()
     assert traj.aborted and traj.stop_reason == "aborted"

@@ -18,12 +18,12 @@ class LinesPolicy:
     def __init__(self, tokenizer, lines):
         self.tokenizer, self.lines = tokenizer, list(lines)
 
-    @property
-    def generate(self):
-        async def generate(request):
-            ids = self.tokenizer.encode(self.lines.pop(0), add_special_tokens=False) + [self.tokenizer.eos_token_id]
-            return GenerationOutput(ids, [0.0] * len(ids), "stop")
-        return generate
+    async def generate(self, request):
+        ids = self.tokenizer.encode(self.lines.pop(0), add_special_tokens=False) + [self.tokenizer.eos_token_id]
+        return GenerationOutput(ids, [0.0] * len(ids), "stop")
+
+    def end_session(self, key):
+        """A replica's interface: this stand-in keeps nothing per episode."""
 
 
 def test_openai_backend_through_an_env_runner(tiny_model, tokenizer):

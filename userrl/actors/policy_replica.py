@@ -4,8 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import os
+from typing import Any
 
 from userrl.engines.base import GenerationOutput, GenerationRequest
+
+#: The version a replica restarted by Ray reports until the current weights are loaded into it.
+AWAITING_WEIGHTS = -1
+
+
+def restarted_by_ray() -> bool:
+    """Whether this process is a Ray actor that Ray restarted after it died (False outside Ray)."""
+    import ray
+
+    if not ray.is_initialized():
+        return False
+    context = ray.get_runtime_context()
+    return context.get_actor_id() is not None and context.was_current_actor_reconstructed
 
 
 def build_engine(engine: str, model_path: str, dtype: str, pad_token_id: int, max_batch_size: int = 32,
@@ -40,27 +54,39 @@ class PolicyReplica:
 
     def __init__(self, model_path: str, engine: str = "hf", dtype: str = "float32", max_batch_size: int = 32,
                  num_threads: int | None = None, pad_token_id: int = 0, batch_wait_s: float = 0.005,
-                 max_model_len: int = 2048, engine_options: dict | None = None):
+                 max_model_len: int = 2048, engine_options: dict | None = None,
+                 wait_for_weights_after_restart: bool = False):
         import torch
 
         torch.set_num_threads(num_threads or os.cpu_count() or 1)
         self.engine = build_engine(engine, model_path, dtype, pad_token_id, max_batch_size, max_model_len,
                                    engine_options)
-        self._streaming = hasattr(self.engine, "submit")
+        self._streaming = self.engine.streaming
         self._inflight = 0
         self._busy_since = 0.0
         self._accepting: asyncio.Event | None = None
         self._idle: asyncio.Event | None = None
         self.max_batch_size = max_batch_size
         self.batch_wait_s = batch_wait_s
-        self.version = 0
+        # Ray re-runs __init__ when it restarts a dead replica: the model folder it loads again holds the
+        # weights of the run's start, so a training replica serves nothing until it is given the current ones.
+        self.version = AWAITING_WEIGHTS if wait_for_weights_after_restart and restarted_by_ray() else 0
+        self._weights_ready: asyncio.Event | None = None
         self.stats = {"requests": 0, "batches": 0, "generated_tokens": 0, "busy_s": 0.0}
         self._pending: list[tuple[GenerationRequest, asyncio.Future]] = []
         self._worker: asyncio.Task | None = None
         self._engine_lock: asyncio.Lock | None = None
 
+    def _ready(self) -> asyncio.Event:
+        if self._weights_ready is None:
+            self._weights_ready = asyncio.Event()
+            if self.version != AWAITING_WEIGHTS:
+                self._weights_ready.set()
+        return self._weights_ready
+
     async def generate(self, request: GenerationRequest) -> GenerationOutput:
-        """Queue one request and wait for its output."""
+        """Queue one request and wait for its output (after a restart: once the current weights are in)."""
+        await self._ready().wait()
         if self._streaming:
             return await self._generate_streaming(request)
         loop = asyncio.get_running_loop()
@@ -142,38 +168,64 @@ class PolicyReplica:
                 self.version = version
         finally:
             accepting.set()
+        self._ready().set()
+        return self.version
+
+    def set_version(self, version: int) -> int:
+        """Serve again after a restart when the weights loaded from the model folder are the current ones."""
+        self.version = version
+        self._ready().set()
         return self.version
 
     async def sleep(self) -> bool:
         """Free the engine's device memory for a colocated learner (vllm on GPU with sleep_mode; else no-op)."""
-        if not hasattr(self.engine, "sleep"):
-            return False
         async with self._lock():
             return await asyncio.get_running_loop().run_in_executor(None, self.engine.sleep)
 
     async def wake_up(self) -> bool:
         """Take the device memory back after `sleep`."""
-        if not hasattr(self.engine, "wake_up"):
-            return False
         async with self._lock():
             return await asyncio.get_running_loop().run_in_executor(None, self.engine.wake_up)
 
     def end_session(self, key: str) -> None:
         """The episode behind `key` has ended: the engine may drop the KV it kept for its next turn."""
-        end = getattr(self.engine, "end_session", None)
-        if end is not None:
-            end(key)
+        self.engine.end_session(key)
 
     def shutdown(self) -> None:
         """Stop the engine's own processes (vllm); call before killing the actor."""
-        close = getattr(self.engine, "close", None)
-        if close is not None:
-            close()
+        self.engine.close()
 
     def get_version(self) -> int:
-        """The policy version of the weights now loaded."""
+        """The policy version of the weights now loaded (AWAITING_WEIGHTS after a restart, until synced)."""
         return self.version
+
+    def process_id(self) -> int:
+        """The process serving this replica."""
+        return os.getpid()
 
     def get_stats(self) -> dict:
         """Counters since start: requests, batches, generated tokens, busy seconds (+ the engine's own)."""
-        return {**self.stats, **getattr(self.engine, "stats", {})}
+        return {**self.stats, **self.engine.counters()}
+
+
+class ReplicaHandle:
+    """One replica, called the same way whether it is a Ray actor or an object in this process."""
+
+    def __init__(self, replica: Any):
+        import ray
+
+        self.replica = replica
+        self.is_actor = isinstance(replica, ray.actor.ActorHandle)
+
+    async def generate(self, request: GenerationRequest) -> GenerationOutput:
+        """One generation request."""
+        if self.is_actor:
+            return await self.replica.generate.remote(request)
+        return await self.replica.generate(request)
+
+    def end_session(self, key: str) -> None:
+        """Tell the replica an episode is over (fire and forget: nothing waits on it)."""
+        if self.is_actor:
+            self.replica.end_session.remote(key)
+        else:
+            self.replica.end_session(key)

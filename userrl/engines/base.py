@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import ClassVar, Literal
 
 
 @dataclass
@@ -30,13 +31,41 @@ class GenerationOutput:
     policy_version: int = 0
 
 
-class Engine(Protocol):
-    """What a PolicyReplica needs from an engine."""
+class Engine:
+    """What a PolicyReplica needs from an engine; optional abilities are declared, with no-op defaults.
+
+    `streaming`: the engine schedules requests itself (`submit` one at a time, continuous batching);
+    otherwise the replica batches requests and calls `generate`.
+    """
+
+    streaming: ClassVar[bool] = False
 
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationOutput]:
         """Generate for a batch of requests."""
-        ...
+        raise NotImplementedError
+
+    def submit(self, request: GenerationRequest) -> concurrent.futures.Future:
+        """Start one request now (streaming engines); its future resolves to a GenerationOutput."""
+        raise NotImplementedError(f"{type(self).__name__} is not a streaming engine")
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Replace the weights in place."""
-        ...
+        raise NotImplementedError
+
+    def end_session(self, key: str) -> None:
+        """The episode behind `key` is over: drop whatever was kept for its next turn."""
+
+    def sleep(self) -> bool:
+        """Free device memory for a colocated learner; False when the engine cannot."""
+        return False
+
+    def wake_up(self) -> bool:
+        """Take the device memory back after `sleep`; False when the engine cannot sleep."""
+        return False
+
+    def close(self) -> None:
+        """Stop processes of the engine's own."""
+
+    def counters(self) -> dict[str, float]:
+        """Engine counters to merge into the replica's."""
+        return {}

@@ -12,7 +12,7 @@ from collections import OrderedDict
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 
-from userrl.engines.base import GenerationOutput, GenerationRequest
+from userrl.engines.base import Engine, GenerationOutput, GenerationRequest
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -25,7 +25,7 @@ def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
 
 
-class HFEngine:
+class HFEngine(Engine):
     """Batched generation with a transformers causal LM."""
 
     def __init__(self, model_path: str, dtype: str = "float32", device: str = "cpu", pad_token_id: int = 0,

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from userrl.engines.base import GenerationOutput, GenerationRequest
+from userrl.engines.base import Engine, GenerationOutput, GenerationRequest
 from userrl.models import head_dim
 
 #: vLLM workers load this class's methods into themselves (`worker_extension_cls`).
@@ -111,8 +111,10 @@ def _finish(completion) -> str:
     return "stop" if completion.finish_reason == "stop" else "length"
 
 
-class VLLMEngine:
+class VLLMEngine(Engine):
     """Generation with vLLM's AsyncLLM from token ids; sampler logprobs; in-place weight updates."""
+
+    streaming = True
 
     def __init__(self, model_path: str, dtype: str = "float32", max_model_len: int = 2048, max_num_seqs: int = 32,
                  **options: Any):
@@ -353,6 +355,10 @@ class VLLMEngine:
             return False
         self._call(self._engine.wake_up())
         return True
+
+    def counters(self) -> dict[str, float]:
+        """Prompt, prefix-cached and decoded tokens, open sessions."""
+        return dict(self.stats)
 
     def close(self) -> None:
         """Stop the engine process and the loop thread."""

@@ -1,0 +1,59 @@
+"""Connecting to Ray: a cluster's address checked fast, or a local Ray sized for the config."""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+
+import ray
+
+from userrl.config import UserRLConfig
+
+# Ray Train logs every report at INFO; our own progress lines say the same more briefly.
+QUIET = ray.LoggingConfig(encoding="TEXT", log_level="WARNING")
+
+
+def check_ray_address(address: str, timeout_s: float = 5.0) -> None:
+    """Fail fast (ConnectionError) when a Ray cluster address cannot be reached.
+
+    `ray.init(address=...)` keeps retrying an unreachable GCS for minutes; one TCP connect says the same
+    in seconds. "auto" and "local" are left to Ray, which fails at once when there is nothing to find.
+    """
+    if address in ("auto", "local"):
+        return
+    hint = ("start a cluster with `ray start --head` (or fix ray.address / $RAY_ADDRESS); "
+            "unset both to train on a local Ray")
+    if address.startswith(("http://", "https://")):
+        raise ValueError(f"Ray address {address!r} is a dashboard/Jobs URL; ray.address needs the cluster's "
+                         f"GCS address (host:6379) -- submit jobs to the URL with `ray job submit` instead")
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"Ray address {address!r} is not of the form host:port (or ray://host:port); {hint}")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as error:
+        raise ConnectionError(f"cannot reach the Ray cluster at {address} ({error}); {hint}") from None
+
+
+def ray_cpus(config: UserRLConfig) -> int:
+    needed = (config.learners.num_learners * config.learners.num_cpus_per_learner
+              + config.policy.num_replicas * config.policy.num_cpus_per_replica
+              + config.env_runners.num_env_runners * config.env_runners.num_cpus_per_env_runner + 1)
+    """Logical CPUs of a local Ray: enough for every actor's fraction, at least the machine's cores."""
+    return max(os.cpu_count() or 1, math.ceil(needed))
+
+
+def init_ray(config: UserRLConfig) -> bool:
+    """Connect to `ray.address` / $RAY_ADDRESS, or start a local Ray; True when this call started one."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no weight-loading bars from every actor
+    if ray.is_initialized():
+        return False
+    runtime_env = {"env_vars": {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "TOKENIZERS_PARALLELISM": "false"}}
+    address = config.ray.address or os.environ.get("RAY_ADDRESS")
+    if address:
+        check_ray_address(address)
+        ray.init(address=address, logging_config=QUIET, runtime_env=runtime_env)
+        return False
+    ray.init(num_cpus=config.ray.num_cpus or ray_cpus(config), logging_config=QUIET, runtime_env=runtime_env)
+    return True

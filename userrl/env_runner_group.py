@@ -1,0 +1,277 @@
+"""EnvRunnerGroup (RLlib's name and role): the env runners and the policy/user replicas they play against.
+
+Built from the config; `launch`/`play` hand chunks of episodes to the least-loaded runner, `sync_weights`
+sends new weights to every replica. It survives faults: runners and replicas run with Ray's `max_restarts`
+(`env_runners.restart_failed_env_runners`); a chunk whose runner died is played again, with the same seeds,
+on the least-loaded live runner, at most `env_runners.max_episode_retries` times, and then counted as
+aborted; a restarted policy replica gets the current weights and version before it serves (runners send
+its requests again once it is back, so episodes go on). Restarts and re-runs are counted
+(`pop_counters`), and nothing is lost silently.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter, deque
+from collections.abc import Iterator
+from typing import Any
+
+import ray
+
+from userrl.actors.env_runner import REPLICA_LOST, EnvRunner, EpisodeSpec
+from userrl.actors.policy_replica import AWAITING_WEIGHTS, PolicyReplica
+from userrl.config import UserRLConfig
+from userrl.models import resolve_model
+from userrl.rollout import RolloutLimits, abort_trajectory, new_trajectory
+from userrl.trajectory import Trajectory
+
+log = logging.getLogger(__name__)
+
+#: How often a waiting rollout checks the replicas for restarts (seconds).
+HEALTH_CHECK_S = 1.0
+_ACTOR_DOWN = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
+
+
+def rollout_limits(config: UserRLConfig, temperature: float | None = None) -> RolloutLimits:
+    """The episode budgets of a config (temperature: the policy's unless given)."""
+    pc, ec = config.policy, config.env
+    return RolloutLimits(max_turns=ec.max_turns, max_new_tokens=pc.max_new_tokens, max_model_len=pc.max_model_len,
+                         max_response_len=pc.max_response_len,
+                         temperature=pc.temperature if temperature is None else temperature, top_p=pc.top_p,
+                         show_reward_in_feedback=ec.show_reward_in_feedback)
+
+
+def env_kwargs(config: UserRLConfig) -> dict[str, dict[str, Any]]:
+    """Constructor arguments of each configured gym."""
+    ec = config.env
+    return {spec.name: {"max_steps": ec.max_steps, "step_timeout_s": ec.step_timeout_s, "backend": ec.backend,
+                        **spec.kwargs} for spec in ec.gyms}
+
+
+class EnvRunnerGroup:
+    """Env runners and replicas as Ray actors, with one least-loaded dispatch and fault tolerance."""
+
+    def __init__(self, config: UserRLConfig, model_path: str, version: int = 0):
+        from transformers import AutoTokenizer
+
+        self.config = config
+        er, pc, ec = config.env_runners, config.policy, config.env
+        self.restart = er.restart_failed_env_runners
+        self.max_retries = er.max_episode_retries
+        restarts = -1 if self.restart else 0
+
+        def start_replicas(path: str, engine: str, count: int, gpus: float, training: bool) -> list[Any]:
+            pad = AutoTokenizer.from_pretrained(path).pad_token_id
+            actor = ray.remote(PolicyReplica).options(num_cpus=pc.num_cpus_per_replica, num_gpus=gpus,
+                                                      max_concurrency=4096, max_restarts=restarts)
+            return [actor.remote(path, engine, pc.dtype, pc.max_batch_size, pc.num_threads, pad,
+                                 max_model_len=pc.max_model_len, engine_options=pc.vllm,
+                                 wait_for_weights_after_restart=training) for _ in range(count)]
+
+        self.replicas = start_replicas(model_path, pc.engine, pc.num_replicas, pc.num_gpus_per_replica, True)
+        self.user_replicas: list[Any] = []
+        user_path = None
+        if ec.backend == "local":
+            user_path = resolve_model(ec.local_user_model)
+            self.user_replicas = start_replicas(user_path, "hf", ec.local_user_replicas, 0, False)
+        runner = ray.remote(EnvRunner).options(num_cpus=er.num_cpus_per_env_runner, max_concurrency=64,
+                                               max_restarts=restarts, max_task_retries=0)
+        self.runners = [runner.remote(model_path, ec.protocol, rollout_limits(config), self.replicas,
+                                      env_kwargs(config), user_backend=ec.backend, llm=ec.llm,
+                                      user_replicas=self.user_replicas, user_tokenizer_path=user_path)
+                        for _ in range(er.num_env_runners)]
+        self.version = version
+        self._weights: Any = None  # object ref of the last weights sent, for replicas that restart
+        self._load = [0] * len(self.runners)
+        self._down: set[int] = set()
+        self._checked = 0.0
+        self.counters: Counter[str] = Counter()
+        ray.get([r.get_version.remote() for r in self.replicas])  # fail fast if a replica cannot start
+
+    # ------------------------------------------------------------------------------------------ playing
+
+    def launch(self, chunks: list[list[EpisodeSpec]], seeds: list[int], temperature: float | None = None,
+               max_in_flight: int | None = None) -> RolloutJob:
+        """Hand chunks of episodes to the runners (as many at once as `max_in_flight`, default all)."""
+        return RolloutJob(self, chunks, seeds, temperature, max_in_flight or len(chunks))
+
+    def split(self, specs: list[EpisodeSpec]) -> list[list[EpisodeSpec]]:
+        """One chunk per runner (episodes dealt round-robin), for a batch played all at once."""
+        return [share for i in range(len(self.runners)) if (share := specs[i::len(self.runners)])]
+
+    def play(self, specs: list[EpisodeSpec], seed: int, temperature: float | None = None) -> list[Trajectory]:
+        """Play episodes on the runners and return their trajectories in the order of `specs`."""
+        chunks = self.split(specs)
+        return self.launch(chunks, [seed] * len(chunks), temperature).gather()
+
+    @property
+    def healthy_runners(self) -> list[int]:
+        """Indices of the runners that answer now."""
+        pings = [runner.ping.remote() for runner in self.runners]
+        ready, _ = ray.wait(pings, num_returns=len(pings), timeout=5.0)
+        healthy = []
+        for index, ref in enumerate(pings):
+            if ref in ready:
+                try:
+                    ray.get(ref)
+                except _ACTOR_DOWN:
+                    continue
+                healthy.append(index)
+        return healthy
+
+    def _pick_runner(self) -> int:
+        candidates = [i for i in range(len(self.runners)) if i not in self._down] or list(range(len(self.runners)))
+        return min(candidates, key=self._load.__getitem__)
+
+    def _runner_failed(self, index: int, error: BaseException) -> None:
+        if not self.restart:
+            raise RuntimeError(f"env runner {index} died ({error}); set env_runners.restart_failed_env_runners="
+                               "true to restart it and re-run its episodes") from error
+        if index not in self._down:  # every chunk it held fails together: one restart
+            self._down.add(index)
+            self.counters["env_runner_restarts"] += 1
+            log.warning("env runner %d died (%s): Ray restarts it; its episodes are played again", index,
+                        type(error).__name__)
+
+    def heal_replicas(self, force: bool = False) -> None:
+        """Give the current weights to replicas that Ray restarted (they serve nothing until then)."""
+        now = time.monotonic()
+        if not force and now - self._checked < HEALTH_CHECK_S:
+            return
+        self._checked = now
+        pings = {replica.get_version.remote(): i for i, replica in enumerate(self.replicas)}
+        ready, _ = ray.wait(list(pings), num_returns=len(pings), timeout=0.5)
+        for ref in ready:
+            try:
+                version = ray.get(ref)
+            except _ACTOR_DOWN as error:  # restarting: it answers at a later check
+                if not self.restart:
+                    raise RuntimeError(f"policy replica {pings[ref]} died ({error}); set "
+                                       "env_runners.restart_failed_env_runners=true to restart it") from error
+                continue
+            if version == AWAITING_WEIGHTS:
+                self._restore(self.replicas[pings[ref]])
+                self.counters["replica_restarts"] += 1
+                log.warning("policy replica %d was restarted; it now has weights version %d", pings[ref],
+                            self.version)
+
+    def _restore(self, replica: Any) -> None:
+        if self._weights is None:  # never synced: the model folder it loaded holds the current weights
+            ray.get(replica.set_version.remote(self.version))
+        else:
+            ray.get(replica.load_weights.remote(self._weights, self.version))
+
+    # ------------------------------------------------------------------------------------------ weights
+
+    def sync_weights(self, state_dict: dict, version: int) -> float:
+        """Send new weights to every replica (through the object store); returns seconds."""
+        start = time.perf_counter()
+        self._weights, self.version = ray.put(state_dict), version
+        ray.get([replica.load_weights.remote(self._weights, version) for replica in self.replicas])
+        return time.perf_counter() - start
+
+    def sleep_replicas(self) -> float:
+        """Free the replicas' device memory for the update (vllm sleep mode; a no-op elsewhere); returns seconds."""
+        start = time.perf_counter()
+        ray.get([replica.sleep.remote() for replica in self.replicas])
+        return time.perf_counter() - start
+
+    def wake_replicas(self) -> float:
+        """Take the replicas' device memory back before the weight sync; returns seconds."""
+        start = time.perf_counter()
+        ray.get([replica.wake_up.remote() for replica in self.replicas])
+        return time.perf_counter() - start
+
+    def pop_counters(self) -> dict[str, float]:
+        """Restarts and re-run or lost episodes since the last call (keys without a prefix)."""
+        names = ("env_runner_restarts", "replica_restarts", "rerun_episodes", "lost_episodes")
+        counts = {name: float(self.counters[name]) for name in names}
+        self.counters.clear()
+        return counts
+
+    def stop(self) -> None:
+        """Stop the engines' own processes, then the actors."""
+        try:  # engines with processes of their own (vllm) stop them before their actor goes
+            ray.get([r.shutdown.remote() for r in [*self.replicas, *self.user_replicas]], timeout=60)
+        except Exception:  # noqa: BLE001 - a dead replica has nothing left to stop
+            log.warning("a policy replica did not shut down cleanly", exc_info=True)
+        for actor in [*self.runners, *self.replicas, *self.user_replicas]:
+            ray.kill(actor, no_restart=True)
+
+
+class RolloutJob:
+    """Chunks of episodes on the runners; yields each chunk's trajectories, in spec order, as it completes.
+
+    A chunk whose runner died is played again on a live runner; episodes that lost their replica for good
+    are played again too; past `max_episode_retries` they come back aborted, with the reason.
+    """
+
+    def __init__(self, group: EnvRunnerGroup, chunks: list[list[EpisodeSpec]], seeds: list[int],
+                 temperature: float | None, max_in_flight: int):
+        self.group, self.chunks, self.seeds, self.temperature = group, chunks, seeds, temperature
+        self.max_in_flight = max(1, max_in_flight)
+        self.started = time.perf_counter()
+        self.waiting: deque[tuple[int, list[EpisodeSpec]]] = deque(enumerate(chunks))
+        self.in_flight: dict[Any, tuple[int, int, list[EpisodeSpec]]] = {}
+        self.attempts = [0] * len(chunks)
+        self.played: list[dict[str, Trajectory]] = [{} for _ in chunks]
+        self._submit()
+
+    def _submit(self) -> None:
+        group = self.group
+        while self.waiting and len(self.in_flight) < self.max_in_flight:
+            index, specs = self.waiting.popleft()
+            runner = group._pick_runner()
+            ref = group.runners[runner].run.remote(specs, self.seeds[index], self.temperature)
+            self.in_flight[ref] = (index, runner, specs)
+            group._load[runner] += 1
+
+    def _again(self, index: int, specs: list[EpisodeSpec], reason: str) -> None:
+        """Play these episodes of chunk `index` again, or give them up as aborted."""
+        self.attempts[index] += 1
+        if self.attempts[index] <= self.group.max_retries:
+            self.group.counters["rerun_episodes"] += len(specs)
+            self.waiting.append((index, specs))
+            return
+        self.group.counters["lost_episodes"] += len(specs)
+        for spec in specs:
+            traj = new_trajectory(spec.task, spec.uid, spec.group_id)
+            self.played[index][spec.uid] = abort_trajectory(traj, f"{reason} (played {self.attempts[index]} times)")
+
+    def __iter__(self) -> Iterator[tuple[int, list[Trajectory]]]:
+        group = self.group
+        while self.waiting or self.in_flight:
+            self._submit()
+            ready, _ = ray.wait(list(self.in_flight), num_returns=1, timeout=HEALTH_CHECK_S)
+            group.heal_replicas()
+            if not ready:
+                continue
+            index, runner, specs = self.in_flight.pop(ready[0])
+            group._load[runner] -= 1
+            try:
+                trajectories = ray.get(ready[0])
+            except _ACTOR_DOWN as error:
+                group._runner_failed(runner, error)
+                self._again(index, specs, "env_runner_lost")
+            else:
+                group._down.discard(runner)
+                lost = [spec for spec, traj in zip(specs, trajectories, strict=True) if traj.error == REPLICA_LOST]
+                for traj in trajectories:
+                    if traj.error != REPLICA_LOST:
+                        self.played[index][traj.uid] = traj
+                if lost:
+                    self._again(index, lost, REPLICA_LOST)
+            if len(self.played[index]) == len(self.chunks[index]):
+                yield index, [self.played[index][spec.uid] for spec in self.chunks[index]]
+
+    def gather(self) -> list[Trajectory]:
+        """Wait for every chunk; all trajectories in the order of the chunks' specs."""
+        by_chunk = dict(iter(self))
+        return [traj for index in range(len(self.chunks)) for traj in by_chunk[index]]
+
+    def cancel(self) -> None:
+        """Stop the runners' work on these episodes (a run that ends early leaves nothing in flight)."""
+        self.waiting.clear()
+        for ref in self.in_flight:
+            ray.cancel(ref)
