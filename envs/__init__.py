@@ -9,6 +9,8 @@ from userrl.envs.registry import (
     make_env,
     make_solver,
     register_gym,
+    solve_episode,
+    uses_role_client,
 )
 from userrl.envs.solving import UngroundedTask
 
@@ -26,5 +28,7 @@ __all__ = [
     "make_solver",
     "parse_action",
     "register_gym",
+    "solve_episode",
     "tool_call_to_action",
+    "uses_role_client",
 ]

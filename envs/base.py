@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import copy
 import hashlib
 import json
 import logging
 import math
 import string
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import gymnasium
 import numpy as np
 from gymnasium import spaces
+
+if TYPE_CHECKING:
+    from userrl.envs.llm import RoleClient
 
 logger = logging.getLogger(__name__)
 
@@ -27,6 +31,13 @@ TOOL_CHOICES: tuple[str, ...] = ("action", "answer", "search")
 ENDED_FEEDBACK = "The episode has already ended."
 TIMEOUT_FEEDBACK = "The environment did not respond in time; the episode has ended."
 EXCEPTION_FEEDBACK = "The environment failed on this step; the episode has ended."
+
+#: The names of `backend` and of every `role_backends` value, the same as the config's `env.backend`:
+#: `scripted` runs the model-free stand-ins; `openai` and `local` both mean "use the role client passed
+#: as llm" (which server answers is the client's business, not the gym's).
+BACKENDS: tuple[str, ...] = ("scripted", "openai", "local")
+#: The reward presets of GYMS.md 0.9 that every gym accepts.
+REWARD_PRESET_NAMES: tuple[str, ...] = ("train", "eval")
 
 #: Longest action / feedback text the declared gymnasium spaces admit (generous: no real step comes close).
 MAX_ACTION_CHARS = 32_768
@@ -178,11 +189,21 @@ def run_sync(coro: Coroutine[Any, Any, _T]) -> _T:
         return pool.submit(asyncio.run, coro).result()
 
 
+def check_backend(value: Any, name: str = "backend") -> str:
+    """value itself; ValueError naming the field and the valid backends unless it is one of BACKENDS."""
+    if not isinstance(value, str) or value not in BACKENDS:
+        raise ValueError(f"{name} must be one of {list(BACKENDS)}, got {value!r}")
+    return value
+
+
 class MultiTurnEnv(gymnasium.Env):
     """Base class of all gyms: common step rules (0.3), private rng (0.3.1), step timeouts/errors (0.8).
 
     Subclasses set `gym_name` and `allowed_choices`, and implement `_load_task`, `_reset_impl`,
     `_astep_impl` and `_observation_fields` (plus `_configure` for gym-specific keyword arguments).
+    Gyms with model-backed roles set `uses_role_client` and `role_names`; the base then takes their `llm`
+    client and `role_backends`. The base also resolves `reward_preset` (0.9) into gym keywords, and draws
+    a train task at reset when none was given (gymnasium's `make(id).reset(seed=...)`).
     The base owns the observation fields `feedback`, `step_count` and `episode_complete` (the last two
     only where a subclass declares them) and the info keys raw_action, action_history, total_reward,
     error and lm_calls.
@@ -193,6 +214,12 @@ class MultiTurnEnv(gymnasium.Env):
     allowed_choices: ClassVar[tuple[str, ...]] = TOOL_CHOICES
     #: Per-gym default of `normalize_rewards` (0.3).
     normalize_rewards_default: ClassVar[bool] = False
+    #: Whether the gym has model-backed roles (user, oracle, judge): it then takes an `llm` RoleClient.
+    uses_role_client: ClassVar[bool] = False
+    #: The gym's model-backed roles: the keys `role_backends` may name.
+    role_names: ClassVar[tuple[str, ...]] = ()
+    #: Reward preset -> the gym keywords it sets (0.9); a keyword the caller gives (not None) wins.
+    reward_presets: ClassVar[Mapping[str, Mapping[str, Any]]] = {name: {} for name in REWARD_PRESET_NAMES}
     metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
 
     def __init__(
@@ -206,6 +233,9 @@ class MultiTurnEnv(gymnasium.Env):
         backend: str = "scripted",
         step_timeout_s: float = 120.0,
         normalize_rewards: bool | None = None,
+        reward_preset: str = "train",
+        llm: RoleClient | None = None,
+        role_backends: Mapping[str, str] | None = None,
         **gym_kwargs: Any,
     ) -> None:
         super().__init__()
@@ -219,20 +249,27 @@ class MultiTurnEnv(gymnasium.Env):
             raise ValueError(f"step_timeout_s must be a positive number of seconds, got {step_timeout_s!r}")
         if not math.isfinite(reward_scale) or not math.isfinite(step_penalty):
             raise ValueError("reward_scale and step_penalty must be finite numbers")
-        if not isinstance(backend, str) or not backend:
+        if not isinstance(reward_preset, str) or reward_preset not in self.reward_presets:
             raise ValueError(
-                f"backend must be a non-empty string such as 'scripted' or 'llm', got {backend!r}"
+                f"reward_preset must be one of {sorted(self.reward_presets)}, got {reward_preset!r}"
             )
         self.max_steps = int(max_steps)
         self.seed = None if seed is None else int(seed)
         self.reward_scale = float(reward_scale)
         self.step_penalty = float(step_penalty)
-        self.backend = backend
+        self.backend = check_backend(backend)
         self.step_timeout_s = float(step_timeout_s)
         self.normalize_rewards = (
             self.normalize_rewards_default if normalize_rewards is None else bool(normalize_rewards)
         )
+        self.reward_preset = reward_preset
+        self.llm = llm
+        self.role_backends = self._resolve_role_backends(llm, role_backends)
+        for key, value in self.reward_presets[reward_preset].items():
+            if gym_kwargs.get(key) is None:
+                gym_kwargs[key] = value
         self._configure(**gym_kwargs)
+        self._check_role_client()
 
         self.action_space = text_space(MAX_ACTION_CHARS)
         self.observation_space = spaces.Dict(
@@ -241,6 +278,10 @@ class MultiTurnEnv(gymnasium.Env):
 
         self.task: Task | None = None
         self.rng: np.random.Generator = np.random.default_rng()  # replaced at every reset (0.3.1)
+        #: Draws the train task of a reset that names none; seeded by reset(seed=...) (None until needed).
+        self._task_rng: np.random.Generator | None = None
+        #: True until a task is given (constructor or reset options): until then every reset draws one.
+        self._draws_tasks = task is None
         self.step_count = 0
         self.total_reward = 0.0
         self.action_history: list[str] = []
@@ -255,6 +296,40 @@ class MultiTurnEnv(gymnasium.Env):
         self._stepping = False
         if task is not None:
             self._set_task(task)
+
+    def _resolve_role_backends(
+        self, llm: RoleClient | None, role_backends: Mapping[str, str] | None
+    ) -> dict[str, str]:
+        """Every role's backend: its override in role_backends, else `backend` (names checked)."""
+        overrides = dict(role_backends or {})
+        if not self.uses_role_client:
+            if llm is not None or overrides:
+                raise TypeError(
+                    f"{type(self).__name__} has no model-backed roles: it takes no llm or role_backends"
+                )
+            return {}
+        unknown = sorted(set(overrides) - set(self.role_names))
+        if unknown:
+            raise ValueError(
+                f"role_backends has unknown roles {unknown}; {self.gym_name}'s roles are {list(self.role_names)}"
+            )
+        for role, backend in overrides.items():
+            check_backend(backend, f"role_backends[{role!r}]")
+        return {role: overrides.get(role, self.backend) for role in self.role_names}
+
+    def _roles_needing_client(self) -> Iterable[str]:
+        """The roles that will call the model (backend not scripted); a gym may exclude roles it never runs."""
+        return [role for role, backend in self.role_backends.items() if backend != "scripted"]
+
+    def _check_role_client(self) -> None:
+        """ValueError when a role uses a model backend but no llm client was given."""
+        needing = sorted(self._roles_needing_client())
+        if needing and self.llm is None:
+            raise ValueError(
+                f"{self.gym_name} roles {needing} use a model backend "
+                f"({sorted({self.role_backends[r] for r in needing})}) but no llm RoleClient was given "
+                "(llm=...); use backend='scripted' for the model-free stand-ins"
+            )
 
     # ------------------------------------------------------------------ subclass hooks
 
@@ -316,10 +391,30 @@ class MultiTurnEnv(gymnasium.Env):
         self._load_task(task)
         self.task = task
 
+    def _draw_task(self, seed: int | None) -> Task:
+        """A task of the gym's builtin train split, drawn with seed (the same seed draws the same task)."""
+        from userrl.envs.registry import train_tasks  # the registry imports this module
+
+        tasks = train_tasks(self.gym_name)
+        if not tasks:
+            raise ValueError(
+                f"{type(self).__name__}.reset() needs a task: pass task=... to the constructor or "
+                f"reset(options={{'task': task}}); gym {self.gym_name!r} has no registered train tasks to draw"
+            )
+        if seed is not None or self._task_rng is None:
+            # Without a seed, the first draw follows the env's base seed and later ones continue it.
+            self._task_rng = np.random.default_rng(self.seed if seed is None else int(seed))
+        # A copy, so that nothing an episode does to its task reaches the cached train set.
+        return copy.deepcopy(tasks[int(self._task_rng.integers(len(tasks)))])
+
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Start an episode; options={"task": Task} replaces the task, seed replaces the base seed."""
+        """Start an episode; options={"task": Task} replaces the task, seed replaces the base seed.
+
+        Without a task (neither given to the constructor nor in options) a task of the gym's train split
+        is drawn, with seed when given: gymnasium's `make(id).reset(seed=0)` plays a reproducible task.
+        """
         if self._failed:
             raise RuntimeError("this env failed on a step (timeout or exception) and must be discarded")
         if self._closed:
@@ -331,11 +426,9 @@ class MultiTurnEnv(gymnasium.Env):
             raise ValueError(f"unknown reset options {unknown}; the only option is 'task'")
         if "task" in options:
             self._set_task(options["task"])
-        if self.task is None:
-            raise ValueError(
-                f"{type(self).__name__}.reset() needs a task: pass task=... to the constructor or "
-                "reset(options={'task': task})"
-            )
+            self._draws_tasks = False
+        elif self._draws_tasks:
+            self._set_task(self._draw_task(seed))
         if seed is not None:
             # A seed given to reset becomes the env's base seed from now on (gymnasium semantics).
             self.seed = int(seed)

@@ -124,6 +124,46 @@ def unknown_source(source: str) -> ValueError:
     return ValueError(f"unknown task source {source!r}; use 'builtin' or 'userrl'")
 
 
+def source_loader(
+    gym: str,
+    builtin: Callable[..., list[Task]],
+    userrl: Callable[..., list[Task]],
+    *,
+    builtin_only: Collection[str] = (),
+    userrl_only: Collection[str] = (),
+) -> Callable[..., list[Task]]:
+    """A gym's load_tasks(split, source, data_root, **options): the one dispatch between the sources.
+
+    Source "builtin" (our own tasks) calls builtin(split, **filters); source "userrl" (the original UserRL
+    data) calls userrl(split, data_root, **options). builtin_only names filters the original data has no
+    labels for (refused with source "userrl"); userrl_only names options only the original loader takes
+    (such as another data folder; ignored with source "builtin").
+    """
+
+    def load(
+        split: str = "train", source: str = "builtin", data_root: str | Path | None = None, **options: Any
+    ) -> list[Task]:
+        if source == "builtin":
+            return builtin(split, **{k: v for k, v in options.items() if k not in userrl_only})
+        if source == "userrl":
+            root = require_data_root(data_root)
+            for name in builtin_only:
+                if options.get(name) is not None:
+                    raise ValueError(
+                        f"the {name} filter applies to builtin {gym} tasks only: the original UserRL data "
+                        f"has no {name} labels; drop it"
+                    )
+            return userrl(split, root, **{k: v for k, v in options.items() if k not in builtin_only})
+        raise unknown_source(source)
+
+    load.__name__ = load.__qualname__ = f"load_{gym}_tasks"
+    load.__doc__ = (
+        f"{gym.capitalize()} tasks from our own set (source 'builtin') or the original UserRL files "
+        "(source 'userrl', which needs data_root)."
+    )
+    return load
+
+
 # ---------------------------------------------------------------- original parquet rows
 
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from userrl.envs.base import MultiTurnEnv
-from userrl.envs.llm import RoleClient
 
 ORACLE_FALLBACK = "I could not process that question. Please ask another yes/no question."
 #: How earlier exchanges are shown to a model oracle (only when the env is asked to show some).
@@ -46,35 +45,17 @@ class OracleEnv(MultiTurnEnv):
     `_scripted_answer` and `_oracle_user_message`.
     """
 
+    uses_role_client: ClassVar[bool] = True
     role_names: ClassVar[tuple[str, ...]] = ("oracle",)
     oracle_role: ClassVar[str] = ""
     oracle_system_prompt: ClassVar[str] = ""
 
-    def _configure_oracle(
-        self,
-        gym_label: str,
-        llm: RoleClient | None,
-        oracle_history_turns: int,
-        role_backends: Mapping[str, str] | None,
-    ) -> None:
-        """Check and keep the model client, the oracle's history length and the per-role backends."""
+    def _configure_oracle(self, oracle_history_turns: int) -> None:
+        """Check and keep how many past exchanges the model oracle sees."""
         if isinstance(oracle_history_turns, bool) or not isinstance(oracle_history_turns, int):
             raise ValueError(f"oracle_history_turns must be an integer >= 0, got {oracle_history_turns!r}")
         if oracle_history_turns < 0:
             raise ValueError(f"oracle_history_turns must be an integer >= 0, got {oracle_history_turns!r}")
-        overrides = dict(role_backends or {})
-        unknown = sorted(set(overrides) - set(self.role_names))
-        if unknown:
-            raise ValueError(
-                f"role_backends has unknown roles {unknown}; {gym_label}'s roles are {list(self.role_names)}"
-            )
-        self.role_backends = {role: str(overrides.get(role, self.backend)) for role in self.role_names}
-        if llm is None and any(b != "scripted" for b in self.role_backends.values()):
-            raise ValueError(
-                f"backend {self.role_backends} needs an llm RoleClient (llm=...); use backend='scripted' "
-                "for the model-free stand-ins"
-            )
-        self.llm = llm
         self.oracle_history_turns = oracle_history_turns
 
     def _scripted_answer(self, question: str) -> str:

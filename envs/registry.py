@@ -1,4 +1,4 @@
-"""Gym registry: names -> env classes, task loaders and scripted solvers; gymnasium ids."""
+"""Gym registry: one record per gym (env class, task loader, scripted solver, gymnasium id)."""
 
 from __future__ import annotations
 
@@ -6,46 +6,91 @@ import difflib
 import importlib
 import logging
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import gymnasium
 import numpy as np
 
 from userrl.envs.base import MultiTurnEnv, Task
+from userrl.envs.solving import Solver, play_episode
 
 logger = logging.getLogger(__name__)
 
-GYMS: dict[str, type[MultiTurnEnv]] = {}
+_V = TypeVar("_V")
+
+
+@dataclass(frozen=True)
+class GymRecord:
+    """Everything the registry knows about one gym."""
+
+    name: str
+    env_cls: type[MultiTurnEnv]
+    #: load_tasks(split, source, data_root, **filters) -> tasks (see loading.source_loader).
+    load_tasks: Callable[..., list[Task]]
+    #: solver(task, rng) -> a scripted solver; a solver class with `uses_step_budget` also takes max_steps.
+    solver: Callable[..., Solver] | None
+    gymnasium_id: str
+
+
+#: Registry name -> the gym's record.
+RECORDS: dict[str, GymRecord] = {}
 #: Gym subpackages that failed to import, with the reason (shown when someone asks for that gym).
 _SKIPPED: dict[str, str] = {}
-TASK_LOADERS: dict[str, Callable[..., list[Task]]] = {}
-SOLVERS: dict[str, Callable[[Task, np.random.Generator], Any]] = {}
+
+
+class _RecordView(Mapping[str, _V], Generic[_V]):
+    """A read-only view of one field of every record (the registry's older dict-shaped names)."""
+
+    def __init__(self, field: Callable[[GymRecord], _V | None]) -> None:
+        self._field = field
+
+    def __getitem__(self, name: str) -> _V:
+        value = self._field(RECORDS[name])
+        if value is None:
+            raise KeyError(name)
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([name for name, record in RECORDS.items() if self._field(record) is not None])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+GYMS: Mapping[str, type[MultiTurnEnv]] = _RecordView(lambda r: r.env_cls)
+TASK_LOADERS: Mapping[str, Callable[..., list[Task]]] = _RecordView(lambda r: r.load_tasks)
+SOLVERS: Mapping[str, Callable[..., Solver]] = _RecordView(lambda r: r.solver)
 #: Registry name -> gymnasium id, e.g. "function" -> "userrl/Function-v0".
-GYMNASIUM_IDS: dict[str, str] = {}
+GYMNASIUM_IDS: Mapping[str, str] = _RecordView(lambda r: r.gymnasium_id)
 
 
 def register_gym(
     name: str,
     env_cls: type[MultiTurnEnv],
     load_tasks: Callable[..., list[Task]],
-    solver: Callable[[Task, np.random.Generator], Any] | None = None,
+    solver: Callable[..., Solver] | None = None,
     gymnasium_id: str | None = None,
 ) -> None:
-    """Add a gym to the registry and to gymnasium (idempotent: re-registering the same gym is a no-op)."""
-    GYMS[name] = env_cls
-    TASK_LOADERS[name] = load_tasks
-    if solver is not None:
-        SOLVERS[name] = solver
-    gym_id = gymnasium_id or f"userrl/{name.capitalize()}-v0"
-    GYMNASIUM_IDS[name] = gym_id
+    """Add a gym to the registry and to gymnasium (idempotent: re-registering the same gym is a no-op).
+
+    A solver or gymnasium id left out keeps the one already registered under name.
+    """
+    previous = RECORDS.get(name)
+    if solver is None and previous is not None:
+        solver = previous.solver
+    gym_id = gymnasium_id or (previous.gymnasium_id if previous else f"userrl/{name.capitalize()}-v0")
+    RECORDS[name] = GymRecord(name, env_cls, load_tasks, solver, gym_id)
+    train_tasks.cache_clear()
     if gym_id not in gymnasium.registry:
         # The env enforces max_steps itself, so no TimeLimit wrapper (max_episode_steps stays None).
         gymnasium.register(id=gym_id, entry_point=f"{env_cls.__module__}:{env_cls.__qualname__}")
 
 
-def _unknown(name: str, known: dict[str, Any], what: str = "gym") -> ValueError:
+def _unknown(name: str, known: Mapping[str, Any], what: str = "gym") -> ValueError:
     if name in _SKIPPED:
         return ValueError(f"{what} {name!r} could not be loaded: {_SKIPPED[name]}")
     close = difflib.get_close_matches(str(name).lower(), list(known), n=1)
@@ -53,11 +98,21 @@ def _unknown(name: str, known: dict[str, Any], what: str = "gym") -> ValueError:
     return ValueError(f"unknown {what} {name!r}; known: {', '.join(sorted(known))}{hint}")
 
 
+def gym_record(name: str) -> GymRecord:
+    """The record of gym `name` (ValueError with a suggestion when unknown)."""
+    if name not in RECORDS:
+        raise _unknown(name, RECORDS)
+    return RECORDS[name]
+
+
 def get_gym(name: str) -> type[MultiTurnEnv]:
     """The env class registered under name (ValueError with a suggestion when unknown)."""
-    if name not in GYMS:
-        raise _unknown(name, GYMS)
-    return GYMS[name]
+    return gym_record(name).env_cls
+
+
+def uses_role_client(name: str) -> bool:
+    """Whether gym `name` has model-backed roles, i.e. its env takes an `llm` RoleClient."""
+    return gym_record(name).env_cls.uses_role_client
 
 
 def make_env(name: str, task: Task | None = None, **kwargs: Any) -> MultiTurnEnv:
@@ -73,16 +128,31 @@ def load_tasks(
     **filters: Any,
 ) -> list[Task]:
     """Load the tasks of gym `name` (filters such as difficulty go to the gym's loader)."""
-    if name not in TASK_LOADERS:
-        raise _unknown(name, TASK_LOADERS)
-    return TASK_LOADERS[name](split=split, source=source, data_root=data_root, **filters)
+    return gym_record(name).load_tasks(split=split, source=source, data_root=data_root, **filters)
 
 
-def make_solver(name: str, task: Task, rng: np.random.Generator) -> Any:
-    """The privileged scripted solver of gym `name` for one task (has next_action(last_feedback))."""
-    if name not in SOLVERS:
+@cache
+def train_tasks(name: str) -> tuple[Task, ...]:
+    """The builtin train tasks of gym `name`, loaded once per process (empty for an unregistered gym)."""
+    return tuple(load_tasks(name, "train")) if name in RECORDS else ()
+
+
+def make_solver(name: str, task: Task, rng: np.random.Generator, max_steps: int | None = None) -> Solver:
+    """The privileged scripted solver of gym `name` for one task (has next_action(last_feedback)).
+
+    max_steps is the episode's step budget, for the solvers that plan within it (`uses_step_budget`).
+    """
+    record = RECORDS.get(name)
+    if record is None or record.solver is None:
         raise _unknown(name, SOLVERS, "gym with a solver")
-    return SOLVERS[name](task, rng)
+    if max_steps is not None and getattr(record.solver, "uses_step_budget", False):
+        return record.solver(task, rng, max_steps)
+    return record.solver(task, rng)
+
+
+def solve_episode(env: MultiTurnEnv, task: Task, rng: np.random.Generator) -> list[tuple[str, str, str, float]]:
+    """Reset env on task and play its gym's solver to the end: one (choice, content, feedback, reward) per step."""
+    return play_episode(env, task, make_solver(task.gym, task, rng, env.max_steps))
 
 
 def discover_gyms() -> None:

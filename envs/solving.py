@@ -1,10 +1,14 @@
-"""The demonstration loop of the privileged scripted solvers: play one solver through one env episode."""
+"""The scripted solvers' common parts: the Solver protocol, planned solvers, and the demonstration loop."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from userrl.envs.base import MultiTurnEnv, Task, tool_call_to_action
+
+#: What a solver does once its plan is played out.
+FINISH: tuple[str, str] = ("finish", "")
 
 
 class UngroundedTask(Exception):
@@ -15,6 +19,37 @@ class Solver(Protocol):
     """A scripted solver: the next (choice, content) given the last feedback (None before the first step)."""
 
     def next_action(self, last_feedback: str | None) -> tuple[str, str]: ...
+
+
+class PlannedSolver:
+    """A solver that plays a plan of (choice, content) steps in order, then finishes.
+
+    Subclasses fill `plan` (or compute it as a property from what they observed), and may override
+    `observe` (read each feedback) and `approve` (raise UngroundedTask when the transcript does not
+    justify the next step).
+    """
+
+    plan: Sequence[tuple[str, str]] = ()
+
+    def __init__(self) -> None:
+        self._step = 0
+
+    def observe(self, last_feedback: str | None) -> None:
+        """Read the feedback of the last step (None before the first); the default ignores it."""
+
+    def approve(self, action: tuple[str, str], last_feedback: str | None) -> None:
+        """Check the next planned step against the transcript; the default accepts every step."""
+
+    def next_action(self, last_feedback: str | None) -> tuple[str, str]:
+        """The next (choice, content) of the plan; `finish` once it is played out."""
+        self.observe(last_feedback)
+        plan = self.plan
+        if self._step >= len(plan):
+            return FINISH
+        action = plan[self._step]
+        self.approve(action, last_feedback)
+        self._step += 1
+        return action
 
 
 def play_episode(env: MultiTurnEnv, task: Task, solver: Solver) -> list[tuple[str, str, str, float]]:

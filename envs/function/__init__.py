@@ -2,7 +2,7 @@
 
 from userrl.envs.function.env import FunctionEnv
 from userrl.envs.function.safe_eval import EvaluationError, Formula, RuleError
-from userrl.envs.function.solver import FunctionSolver, solve_episode
+from userrl.envs.function.solver import FunctionSolver
 from userrl.envs.function.tasks import FUNCTION_SYSTEM_PROMPT, FUNCTION_USER_MESSAGE, load_function_tasks
 from userrl.envs.registry import register_gym
 
@@ -17,5 +17,4 @@ __all__ = [
     "FunctionSolver",
     "RuleError",
     "load_function_tasks",
-    "solve_episode",
 ]

@@ -20,9 +20,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from userrl.envs.base import MultiTurnEnv, Task
+from userrl.envs.base import Task
 from userrl.envs.function.safe_eval import VARIABLES, EvaluationError, Formula
-from userrl.envs.solving import UngroundedTask, play_episode
+from userrl.envs.solving import UngroundedTask
 
 #: The probe inputs, in the order the solver tries them: distinct values, then two shuffles that
 #: together give every rule of the classes its own results (tested exhaustively); a fourth in reserve.
@@ -128,9 +128,3 @@ def ablation_probes(test_case: list[float]) -> list[list[float]]:
     """The test input with one variable set to 0, for a, b, c and d in turn."""
     return [[0.0 if i == j else v for j, v in enumerate(test_case)] for i in range(len(test_case))]
 
-
-def solve_episode(
-    env: MultiTurnEnv, task: Task, rng: np.random.Generator
-) -> list[tuple[str, str, str, float]]:
-    """Reset env on task and play the solver to the end: one (choice, content, feedback, reward) per step."""
-    return play_episode(env, task, FunctionSolver(task, rng))

@@ -18,8 +18,7 @@ from userrl.envs.loading import (
     read_json_array,
     read_json_list,
     read_userrl_rows,
-    require_data_root,
-    unknown_source,
+    source_loader,
     userrl_task,
 )
 
@@ -137,18 +136,5 @@ def load_userrl_tasks(split: str, data_root: str | Path) -> list[Task]:
     return tasks
 
 
-def load_function_tasks(
-    split: str = "train",
-    source: str = "builtin",
-    data_root: str | Path | None = None,
-    difficulty: int | Sequence[int] | None = None,
-) -> list[Task]:
-    """Function tasks from our own set (source "builtin") or the original UserRL files (source "userrl")."""
-    if source == "builtin":
-        return load_builtin_tasks(split, difficulty)
-    if source == "userrl":
-        data_root = require_data_root(data_root)
-        if difficulty is not None:
-            raise ValueError("the original UserRL function tasks have no difficulty levels; drop the filter")
-        return load_userrl_tasks(split, data_root)
-    raise unknown_source(source)
+#: load_function_tasks(split, source, data_root, difficulty=None): the registry's loader of Function tasks.
+load_function_tasks = source_loader(GYM, load_builtin_tasks, load_userrl_tasks, builtin_only=("difficulty",))

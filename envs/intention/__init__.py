@@ -1,7 +1,7 @@
 """The Intention gym: clarify a vague request by uncovering its hidden missing details (GYMS.md section 2)."""
 
 from userrl.envs.intention.env import IntentionEnv, base_reward, max_return
-from userrl.envs.intention.solver import IntentionSolver, solve_episode
+from userrl.envs.intention.solver import IntentionSolver
 from userrl.envs.intention.tasks import (
     INTENTION_SYSTEM_PROMPT,
     INTENTION_USER_TEMPLATE,
@@ -21,5 +21,4 @@ __all__ = [
     "base_reward",
     "load_intention_tasks",
     "max_return",
-    "solve_episode",
 ]

@@ -14,7 +14,6 @@ from userrl.envs.intention import roles
 from userrl.envs.intention.roles import FALLBACK_REPLIES, JUDGE_ROLE, USER_ROLE, Judgement
 from userrl.envs.intention.scripted import detail_keywords, scripted_judgement, scripted_reply
 from userrl.envs.intention.tasks import MAX_DETAILS, details_of, validate_item
-from userrl.envs.llm import RoleClient
 from userrl.envs.text import content_words
 
 # Every feedback string of section 2 that is not a user reply, verbatim.
@@ -28,7 +27,6 @@ GOAL = "Uncover all the missing details of the vague request by asking clarifyin
 #: W of the reward rule: importance 3 (HIGH), 2 (MEDIUM), 1 (LOW).
 IMPORTANCE_WEIGHTS: Mapping[int, float] = {3: 1.0, 2: 0.7, 1: 0.4}
 MULTI_DETAIL_PENALTY = 0.2
-REWARD_PRESETS = ("train", "eval")
 
 _T = TypeVar("_T")
 
@@ -61,38 +59,23 @@ class IntentionEnv(MultiTurnEnv):
     gym_name: ClassVar[str] = "intention"
     allowed_choices: ClassVar[tuple[str, ...]] = ("action",)
     normalize_rewards_default: ClassVar[bool] = True
+    uses_role_client: ClassVar[bool] = True
+    role_names: ClassVar[tuple[str, ...]] = roles.ROLES
 
     def _configure(
         self,
         *,
-        llm: RoleClient | None = None,
         user_sees_details: bool = True,
         multi_detail_penalty: float = MULTI_DETAIL_PENALTY,
-        role_backends: Mapping[str, str] | None = None,
-        reward_preset: str = "train",
     ) -> None:
-        """Gym keywords: the llm client, whether the user sees the details, the bundling penalty, roles."""
-        if reward_preset not in REWARD_PRESETS:
-            raise ValueError(f"unknown reward_preset {reward_preset!r}; use one of {list(REWARD_PRESETS)}")
+        """Gym keywords: whether the user sees the details, and the bundling penalty."""
         # Intention has no preset-specific settings (GYMS.md 0.9): both presets play identically.
-        self.reward_preset = reward_preset
         if not math.isfinite(multi_detail_penalty) or multi_detail_penalty < 0:
             raise ValueError(
                 f"multi_detail_penalty must be a non-negative number, got {multi_detail_penalty!r}"
             )
         self.multi_detail_penalty = float(multi_detail_penalty)
         self.user_sees_details = bool(user_sees_details)
-        overrides = dict(role_backends or {})
-        unknown = sorted(set(overrides) - set(roles.ROLES))
-        if unknown:
-            raise ValueError(f"unknown intention roles {unknown}; the roles are {list(roles.ROLES)}")
-        self.role_backends = {role: overrides.get(role, self.backend) for role in roles.ROLES}
-        self.llm = llm
-        needs_llm = sorted(r for r, b in self.role_backends.items() if b != "scripted")
-        if needs_llm and llm is None:
-            raise ValueError(
-                f"intention roles {needs_llm} use a model backend but no llm RoleClient was given (llm=...)"
-            )
 
     def _observation_fields(self) -> dict[str, spaces.Space]:
         counter = spaces.Discrete(MAX_DETAILS + 1)
@@ -235,7 +218,7 @@ class IntentionEnv(MultiTurnEnv):
     async def _call(
         self, role: str, system: str, user: str, validate: Callable[[dict[str, Any]], _T]
     ) -> _T | None:
-        assert self.llm is not None  # _configure refuses a model backend without a client
+        assert self.llm is not None  # the base refuses a model backend without a client
         value, call = await self.llm.complete_json(role, system, user, validate)
         self.record_lm_call(call.role, call.attempts, call.ok, call.latency_s)
         return value

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from userrl.envs.base import MultiTurnEnv, Task
+from userrl.envs.base import Task
 from userrl.envs.intention.scripted import covers, detail_keywords
 from userrl.envs.intention.tasks import Detail, details_of, validate_item
-from userrl.envs.solving import play_episode
+from userrl.envs.solving import PlannedSolver
 from userrl.envs.text import content_words
 
 #: Fallback phrasings, tried after the detail's own example question.
@@ -35,10 +35,11 @@ def _lower_first(text: str) -> str:
     return text[:1].lower() + text[1:] if text[:1].isupper() and not text[1:2].isupper() else text
 
 
-class IntentionSolver:
+class IntentionSolver(PlannedSolver):
     """Plays one Intention episode: one targeted question per hidden detail, then finish."""
 
     def __init__(self, task: Task, rng: np.random.Generator) -> None:
+        super().__init__()
         data = dict(task.data)
         data.setdefault("id", task.item_key)
         record = validate_item(data, f"intention task {task.item_key!r}")
@@ -58,7 +59,6 @@ class IntentionSolver:
             # Track what the scripted judge will mark covered, bundled details included; a target no
             # candidate covers is dropped, so the plan never repeats a question.
             self.open = [i for i in self.open if i != target and not covers(q, self.keywords[i])]
-        self._step = 0
 
     def _question(self, target: int) -> str:
         """A question covering the target and no other open detail; the example question when none does."""
@@ -82,16 +82,3 @@ class IntentionSolver:
         return covers(q, self.keywords[target]) and not any(
             covers(q, self.keywords[i]) for i in self.open if i != target
         )
-
-    def next_action(self, last_feedback: str | None) -> tuple[str, str]:
-        """The next (choice, content); after the plan it finishes the episode."""
-        action = self.plan[self._step] if self._step < len(self.plan) else ("finish", "")
-        self._step += 1
-        return action
-
-
-def solve_episode(
-    env: MultiTurnEnv, task: Task, rng: np.random.Generator
-) -> list[tuple[str, str, str, float]]:
-    """Reset env on task and play the solver to the end: one (choice, content, feedback, reward) per step."""
-    return play_episode(env, task, IntentionSolver(task, rng))

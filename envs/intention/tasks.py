@@ -18,8 +18,7 @@ from userrl.envs.loading import (
     read_json_array,
     read_split_items,
     read_userrl_rows,
-    require_data_root,
-    unknown_source,
+    source_loader,
     userrl_task,
 )
 
@@ -167,9 +166,13 @@ def load_userrl_items(data_root: str | Path) -> dict[str, dict[str, Any]]:
     return index
 
 
-def load_userrl_tasks(split: str, data_root: str | Path) -> list[Task]:
-    """Original parquet rows of one split (train, test, alltrain, alltest) resolved against the JSON files."""
+def load_userrl_tasks(
+    split: str, data_root: str | Path, category: str | Sequence[str] | None = None
+) -> list[Task]:
+    """Original parquet rows of one split (train, test, alltrain, alltest) resolved against the JSON files,
+    optionally of some categories."""
     check_userrl_split(GYM, split, USERRL_PARQUET)
+    wanted = _categories(category)
     items = load_userrl_items(data_root)
     path = Path(data_root) / USERRL_PARQUET[split]
     tasks = []
@@ -187,20 +190,8 @@ def load_userrl_tasks(split: str, data_root: str | Path) -> list[Task]:
             if kwargs.get(key) is not None and kwargs[key] != record[key]:
                 raise ValueError(f"{path}: row {index} ({item_id!r}) has a {key} that differs from the JSON")
         tasks.append(userrl_task(GYM, item_id, row, dict(record), split, f"{path}: row {index}"))
-    return tasks
+    return tasks if wanted is None else [t for t in tasks if t.data["category"] in wanted]
 
 
-def load_intention_tasks(
-    split: str = "train",
-    source: str = "builtin",
-    data_root: str | Path | None = None,
-    category: str | Sequence[str] | None = None,
-) -> list[Task]:
-    """Intention tasks from our own set (source "builtin") or the original UserRL files (source "userrl")."""
-    if source == "builtin":
-        return load_builtin_tasks(split, category)
-    if source == "userrl":
-        tasks = load_userrl_tasks(split, require_data_root(data_root))
-        wanted = _categories(category)
-        return tasks if wanted is None else [t for t in tasks if t.data["category"] in wanted]
-    raise unknown_source(source)
+#: load_intention_tasks(split, source, data_root, category=None): the registry's loader of Intention tasks.
+load_intention_tasks = source_loader(GYM, load_builtin_tasks, load_userrl_tasks)

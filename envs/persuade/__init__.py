@@ -7,7 +7,7 @@ from userrl.envs.persuade.env import (
     tracking_score,
 )
 from userrl.envs.persuade.roles import STANCES, stance_index
-from userrl.envs.persuade.solver import PersuadeSolver, solve_episode
+from userrl.envs.persuade.solver import PersuadeSolver
 from userrl.envs.persuade.tasks import PERSUADE_SYSTEM_PROMPT, PERSUADE_USER_TEMPLATE, load_persuade_tasks
 from userrl.envs.registry import register_gym
 
@@ -22,7 +22,6 @@ __all__ = [
     "best_improvement_reward",
     "forward_delta_reward",
     "load_persuade_tasks",
-    "solve_episode",
     "stance_index",
     "tracking_score",
 ]

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from gymnasium import spaces
 
 from userrl.envs.base import BOOL_SPACE, MAX_FEEDBACK_CHARS, MultiTurnEnv, ScalarBox, Task, text_space
-from userrl.envs.llm import RoleClient
 from userrl.envs.persuade import roles
 from userrl.envs.persuade.roles import FALLBACK_REPLY, PERSUADEE_ROLE, STANCES, stance_index
 from userrl.envs.persuade.scripted import scripted_persuadee
@@ -26,7 +24,6 @@ GOAL = "Persuade the environment to move from Strongly Agree to Strongly Disagre
 TOP = len(STANCES) - 1
 TITLE_CHARS = 100
 REWARD_MODES = ("forward_delta", "best_improvement")
-REWARD_PRESETS = ("train", "eval")
 
 
 def forward_delta_reward(old: int, new: int) -> float:
@@ -53,31 +50,15 @@ class PersuadeEnv(MultiTurnEnv):
     gym_name: ClassVar[str] = "persuade"
     allowed_choices: ClassVar[tuple[str, ...]] = ("answer",)
     normalize_rewards_default: ClassVar[bool] = True
+    uses_role_client: ClassVar[bool] = True
+    role_names: ClassVar[tuple[str, ...]] = roles.ROLES
 
-    def _configure(
-        self,
-        *,
-        llm: RoleClient | None = None,
-        reward_mode: str = "forward_delta",
-        role_backends: Mapping[str, str] | None = None,
-        reward_preset: str = "train",
-    ) -> None:
-        """Gym keywords: the llm client, the reward mode (persuade.reward_mode) and per-role backends."""
-        if reward_preset not in REWARD_PRESETS:
-            raise ValueError(f"unknown reward_preset {reward_preset!r}; use one of {list(REWARD_PRESETS)}")
+    def _configure(self, *, reward_mode: str = "forward_delta") -> None:
+        """Gym keyword: the reward mode (persuade.reward_mode)."""
         # Persuade has no preset-specific settings (GYMS.md 0.9): both presets play identically.
-        self.reward_preset = reward_preset
         if reward_mode not in REWARD_MODES:
             raise ValueError(f"unknown reward_mode {reward_mode!r}; use one of {list(REWARD_MODES)}")
         self.reward_mode = reward_mode
-        overrides = dict(role_backends or {})
-        unknown = sorted(set(overrides) - set(roles.ROLES))
-        if unknown:
-            raise ValueError(f"unknown persuade roles {unknown}; the roles are {list(roles.ROLES)}")
-        self.role_backends = {role: overrides.get(role, self.backend) for role in roles.ROLES}
-        self.llm = llm
-        if self.role_backends[PERSUADEE_ROLE] != "scripted" and llm is None:
-            raise ValueError("the persuadee uses a model backend but no llm RoleClient was given (llm=...)")
 
     def _observation_fields(self) -> dict[str, spaces.Space]:
         score = ScalarBox()
@@ -185,7 +166,7 @@ class PersuadeEnv(MultiTurnEnv):
         if self.role_backends[PERSUADEE_ROLE] == "scripted":
             reply, _ = scripted_persuadee(argument, self._topic_words, earlier, self.stance)
             return reply
-        assert self.llm is not None  # _configure refuses a model backend without a client
+        assert self.llm is not None  # the base refuses a model backend without a client
         message = roles.persuadee_message(
             self._claim, self._argument, STANCES[self.stance], self.dialogue, argument
         )

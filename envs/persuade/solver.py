@@ -23,9 +23,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from userrl.envs.base import MultiTurnEnv, Task
+from userrl.envs.base import Task
 from userrl.envs.persuade.scripted import FAIR_POINT, HINTS, NOT_CONVINCED, REBUTTAL_TERMS
-from userrl.envs.solving import play_episode
+from userrl.envs.solving import PlannedSolver
 from userrl.envs.text import content_words
 
 #: Generic rebuttals: {claim} is the claim (lower-cased first letter), {quote} a sentence the other side said
@@ -125,37 +125,26 @@ def template_arguments(claim: str, seen: str) -> list[str]:
     ]
 
 
-class PersuadeSolver:
+class PersuadeSolver(PlannedSolver):
     """Plays one Persuade episode: the item's counterarguments (if any), then the filled templates."""
 
     def __init__(self, task: Task, rng: np.random.Generator) -> None:
+        super().__init__()
         data = task.data
         self.claim = str(data["claim"])
         self.own = [unattributed(str(c)) for c in data.get("counterarguments") or []]
         # Without hand-written rebuttals, start the template cycle at a random point for varied demos.
         self._start = 0 if self.own else int(rng.integers(len(TEMPLATES)))
         self._feedback: list[str] = []
-        self._step = 0
 
     @property
-    def plan(self) -> list[tuple[str, str]]:
+    def plan(self) -> list[tuple[str, str]]:  # type: ignore[override]  # computed from the replies seen
         """The arguments, as they would be made after the replies seen so far."""
         generic = template_arguments(self.claim, visible_text(self._feedback))
         generic = generic[self._start :] + generic[: self._start]
         return [("answer", a) for a in self.own + generic]
 
-    def next_action(self, last_feedback: str | None) -> tuple[str, str]:
-        """The next (choice, content); after the plan it finishes the episode."""
+    def observe(self, last_feedback: str | None) -> None:
+        """Keep each reply: the generic arguments quote what the persuadee said."""
         if last_feedback is not None:
             self._feedback.append(last_feedback)
-        plan = self.plan
-        action = plan[self._step] if self._step < len(plan) else ("finish", "")
-        self._step += 1
-        return action
-
-
-def solve_episode(
-    env: MultiTurnEnv, task: Task, rng: np.random.Generator
-) -> list[tuple[str, str, str, float]]:
-    """Reset env on task and play the solver to the end: one (choice, content, feedback, reward) per step."""
-    return play_episode(env, task, PersuadeSolver(task, rng))

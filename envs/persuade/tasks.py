@@ -19,8 +19,7 @@ from userrl.envs.loading import (
     nonempty_text,
     read_split_items,
     read_userrl_rows,
-    require_data_root,
-    unknown_source,
+    source_loader,
     userrl_task,
 )
 
@@ -123,12 +122,5 @@ def load_userrl_tasks(split: str, data_root: str | Path) -> list[Task]:
     return tasks
 
 
-def load_persuade_tasks(
-    split: str = "train", source: str = "builtin", data_root: str | Path | None = None
-) -> list[Task]:
-    """Persuade tasks from our own set (source "builtin") or the original parquet rows (source "userrl")."""
-    if source == "builtin":
-        return load_builtin_tasks(split)
-    if source == "userrl":
-        return load_userrl_tasks(split, require_data_root(data_root))
-    raise unknown_source(source)
+#: load_persuade_tasks(split, source, data_root): the registry's loader of Persuade tasks.
+load_persuade_tasks = source_loader(GYM, load_builtin_tasks, load_userrl_tasks)

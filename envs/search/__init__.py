@@ -12,7 +12,7 @@ from userrl.envs.search.backends import (
 from userrl.envs.search.corpus import BUILTIN_CORPUS_PATH, CorpusIndex, Document, corpus_index, load_corpus
 from userrl.envs.search.env import SearchEnv
 from userrl.envs.search.judge import JUDGE_SYSTEM_PROMPT, scripted_judge
-from userrl.envs.search.solver import SearchSolver, solve_episode
+from userrl.envs.search.solver import SearchSolver
 from userrl.envs.search.tasks import SEARCH_SYSTEM_PROMPT, load_search_tasks
 
 register_gym("search", SearchEnv, load_search_tasks, SearchSolver, "userrl/Search-v0")
@@ -35,5 +35,4 @@ __all__ = [
     "load_corpus",
     "load_search_tasks",
     "scripted_judge",
-    "solve_episode",
 ]

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar
@@ -20,7 +19,6 @@ from typing import Any, ClassVar
 from gymnasium import spaces
 
 from userrl.envs.base import BOOL_SPACE, MAX_ACTION_CHARS, MultiTurnEnv, Task, text_space
-from userrl.envs.llm import RoleClient
 from userrl.envs.search.backends import (
     MAX_SEARCH_RESULTS,
     LocalCorpusBackend,
@@ -54,7 +52,6 @@ FINISHED = "Episode finished. The correct answer was: {answer}"
 WELCOME = "SearchGym: a question is ready. Search for information, then answer."
 
 EVAL_METHODS = ("llm", "rule")
-REWARD_PRESETS = ("train", "eval")
 USERRL_OFFLINE_WARNING = (
     "Search: source 'userrl' (Bamboogle) episodes search the builtin fictional corpus, because the original "
     "web search is unavailable offline; the corpus does not contain their answers, so these are closed-book "
@@ -68,31 +65,27 @@ class SearchEnv(MultiTurnEnv):
     gym_name: ClassVar[str] = "search"
     allowed_choices: ClassVar[tuple[str, ...]] = ("search", "answer")
     normalize_rewards_default: ClassVar[bool] = False
+    uses_role_client: ClassVar[bool] = True
+    role_names: ClassVar[tuple[str, ...]] = (JUDGE_ROLE,)
 
     def _configure(
         self,
         *,
-        llm: RoleClient | None = None,
         eval_method: str = "llm",
         search_backend: str | SearchBackend = "local_corpus",
         search_corpus: str | Path | None = None,
         max_search_steps: int = 5,
         max_search_results: int = MAX_SEARCH_RESULTS,
         search_timeout_s: float = 30.0,
-        role_backends: Mapping[str, str] | None = None,
-        reward_preset: str = "train",
     ) -> None:
-        """Gym keywords: judge client, method and backend, search backend (name or object), limits, preset.
+        """Gym keywords: the judge method, search backend (name or object), corpus and limits.
 
         `eval_method="llm"` runs the judge role after a failed exact match: the scripted stand-in when the
         judge's backend (`backend`, or `role_backends={"answer_judge": ...}`) is "scripted", the model
-        otherwise; `"rule"` is exact match only. Search has no preset differences (0.9): `reward_preset`
-        is accepted so that every gym takes the same keywords.
+        otherwise; `"rule"` is exact match only. Search has no preset differences (0.9).
         """
         if eval_method not in EVAL_METHODS:
             raise ValueError(f"eval_method must be one of {list(EVAL_METHODS)}, got {eval_method!r}")
-        if reward_preset not in REWARD_PRESETS:
-            raise ValueError(f"reward_preset must be one of {list(REWARD_PRESETS)}, got {reward_preset!r}")
         for key, value, low in (
             ("max_search_steps", max_search_steps, 0),
             ("max_search_results", max_search_results, 1),
@@ -103,26 +96,19 @@ class SearchEnv(MultiTurnEnv):
             raise ValueError(
                 f"search_timeout_s must be a positive number of seconds, got {search_timeout_s!r}"
             )
-        overrides = dict(role_backends or {})
-        unknown = sorted(set(overrides) - {JUDGE_ROLE})
-        if unknown:
-            raise ValueError(f"unknown search roles {unknown}; the only role is {JUDGE_ROLE!r}")
-        self.judge_backend = overrides.get(JUDGE_ROLE, self.backend)
-        if self.judge_backend != "scripted" and eval_method == "llm" and llm is None:
-            raise ValueError(
-                f"the answer judge uses backend {self.judge_backend!r} but no llm RoleClient was given "
-                "(llm=...); use backend='scripted' or eval_method='rule' to run without a model"
-            )
-        self.llm = llm
+        self.judge_backend = self.role_backends[JUDGE_ROLE]
         self.eval_method = eval_method
         self.max_search_steps = max_search_steps
         self.max_search_results = max_search_results
         self.search_timeout_s = float(search_timeout_s)
-        self.reward_preset = reward_preset
         self._search, self.search_backend_name = resolve_search_backend(search_backend, search_corpus)
         # The oracle stub needs the task's question and answer, so it is built per task (_load_task).
         self._oracle = isinstance(search_backend, str) and search_backend == "scripted"
         self._builtin_corpus = search_corpus is None
+
+    def _roles_needing_client(self) -> list[str]:
+        """The judge calls the model only with eval_method 'llm' ('rule' is exact match only)."""
+        return list(super()._roles_needing_client()) if self.eval_method == "llm" else []
 
     def _observation_fields(self) -> dict[str, spaces.Space]:
         return {

@@ -14,8 +14,8 @@ import re
 
 import numpy as np
 
-from userrl.envs.base import MultiTurnEnv, Task
-from userrl.envs.solving import UngroundedTask, play_episode
+from userrl.envs.base import Task
+from userrl.envs.solving import UngroundedTask
 
 #: The gym's default limit on searches (SearchEnv max_search_steps); later searches are refused.
 MAX_SEARCHES = 5
@@ -95,9 +95,3 @@ class SearchSolver:
         options.remove(query)
         return query
 
-
-def solve_episode(
-    env: MultiTurnEnv, task: Task, rng: np.random.Generator
-) -> list[tuple[str, str, str, float]]:
-    """Reset env on task and play the solver to the end: one (choice, content, feedback, reward) per step."""
-    return play_episode(env, task, SearchSolver(task, rng))

@@ -26,9 +26,8 @@ from userrl.envs.loading import (
     read_json_array,
     read_split_items,
     read_userrl_rows,
-    require_data_root,
     require_file,
-    unknown_source,
+    source_loader,
     userrl_task,
 )
 
@@ -170,18 +169,5 @@ def load_userrl_tasks(split: str, data_root: str | Path) -> list[Task]:
     return tasks
 
 
-def load_search_tasks(
-    split: str = "train",
-    source: str = "builtin",
-    data_root: str | Path | None = None,
-    hops: int | Sequence[int] | None = None,
-) -> list[Task]:
-    """Search tasks from our own set (source "builtin") or the original UserRL files (source "userrl")."""
-    if source == "builtin":
-        return load_builtin_tasks(split, hops)
-    if source == "userrl":
-        data_root = require_data_root(data_root)
-        if hops is not None:
-            raise ValueError("the original UserRL search questions have no hop labels; drop the hops filter")
-        return load_userrl_tasks(split, data_root)
-    raise unknown_source(source)
+#: load_search_tasks(split, source, data_root, hops=None): the registry's loader of Search tasks.
+load_search_tasks = source_loader(GYM, load_builtin_tasks, load_userrl_tasks, builtin_only=("hops",))

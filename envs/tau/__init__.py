@@ -10,7 +10,7 @@ from userrl.envs.tau.database import (
 )
 from userrl.envs.tau.env import TauEnv
 from userrl.envs.tau.hashing import state_hash, to_hashable
-from userrl.envs.tau.solver import TauSolver, solve_episode
+from userrl.envs.tau.solver import TauSolver
 from userrl.envs.tau.tasks import TAU_SYSTEM_PROMPT, TAU_USER_TEMPLATE, load_tau_tasks
 
 register_gym("tau", TauEnv, load_tau_tasks, TauSolver, "userrl/Tau-v0")
@@ -25,7 +25,6 @@ __all__ = [
     "builtin_domain",
     "find_tau_data_root",
     "load_tau_tasks",
-    "solve_episode",
     "state_hash",
     "tau_bench_domain",
     "to_hashable",

@@ -8,7 +8,6 @@ from typing import Any, ClassVar
 from gymnasium import spaces
 
 from userrl.envs.base import BOOL_SPACE, MAX_FEEDBACK_CHARS, MultiTurnEnv, Task, text_space
-from userrl.envs.llm import RoleClient
 from userrl.envs.tau.customer import (
     FALLBACK_REPLY,
     GREETING,
@@ -40,7 +39,6 @@ HELP_TEXT = (
 )
 #: The customer-simulator role name in info["lm_calls"].
 CUSTOMER_ROLE = "customer"
-REWARD_PRESETS = ("train", "eval")
 
 
 class TauEnv(MultiTurnEnv):
@@ -49,27 +47,21 @@ class TauEnv(MultiTurnEnv):
     gym_name: ClassVar[str] = "tau"
     allowed_choices: ClassVar[tuple[str, ...]] = ("search", "action", "answer")
     normalize_rewards_default: ClassVar[bool] = False
+    uses_role_client: ClassVar[bool] = True
+    role_names: ClassVar[tuple[str, ...]] = (CUSTOMER_ROLE,)
 
     def _configure(
         self,
         *,
-        llm: RoleClient | None = None,
         tau_data_root: str | Path | None = None,
         user_temperature: float = 0.0,
         expose_policy: bool = False,
-        reward_preset: str = "train",
     ) -> None:
-        """Gym keywords: the customer's RoleClient, the τ-bench folder, simulator temperature, policy access."""
-        if self.backend != "scripted" and llm is None:
-            raise ValueError(f"backend={self.backend!r} needs an llm RoleClient for the customer role")
-        if reward_preset not in REWARD_PRESETS:
-            raise ValueError(f"reward_preset must be one of {REWARD_PRESETS}, got {reward_preset!r}")
-        self.llm = llm
+        """Gym keywords: the τ-bench folder, the simulator's temperature, policy access."""
+        # Tau's reward is the same in both presets (GYMS.md 0.9).
         self.tau_data_root = tau_data_root
         self.user_temperature = float(user_temperature)
         self.expose_policy = bool(expose_policy)
-        # Tau's reward is the same in both presets (GYMS.md 0.9); the keyword is accepted for uniformity.
-        self.reward_preset = reward_preset
 
     def _observation_fields(self) -> dict[str, spaces.Space]:
         return {
@@ -106,7 +98,7 @@ class TauEnv(MultiTurnEnv):
         self.invalid_tool_calls = 0
         self.tool_errors = 0
         self.customer: ScriptedCustomer | None = None
-        if self.backend == "scripted":
+        if self.role_backends[CUSTOMER_ROLE] == "scripted":
             user = (
                 self.db.get("users", data["user_id"]) if self.db.contains("users", data["user_id"]) else None
             )

@@ -25,12 +25,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from userrl.envs.base import MultiTurnEnv, Task
-from userrl.envs.solving import UngroundedTask, play_episode
+from userrl.envs.base import Task
+from userrl.envs.solving import UngroundedTask
 from userrl.envs.tau.customer import (
     MAX_SCRIPTED_REPLIES,
     CustomerFacts,
@@ -151,6 +151,9 @@ def missing_values(kwargs: Mapping[str, Any], transcript: str) -> list[tuple[str
 
 class TauSolver:
     """Plays one Tau episode: tools, hear the customer out, look up, confirm, change, report, close."""
+
+    #: Plans within the episode's step budget: the registry passes max_steps (env.max_steps).
+    uses_step_budget: ClassVar[bool] = True
 
     def __init__(self, task: Task, rng: np.random.Generator, max_steps: int = 16) -> None:
         data = task.data
@@ -351,11 +354,4 @@ class TauSolver:
         if self.outputs:
             text += " Here is the information you asked for: " + "; ".join(self.outputs) + "."
         return text + " Is there anything else I can help you with?"
-
-
-def solve_episode(
-    env: MultiTurnEnv, task: Task, rng: np.random.Generator
-) -> list[tuple[str, str, str, float]]:
-    """Reset env on task and play the solver to the end: one (choice, content, feedback, reward) per step."""
-    return play_episode(env, task, TauSolver(task, rng, env.max_steps))
 

@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
-import json
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from userrl.envs.base import Task
+from userrl.envs.loading import (
+    check_builtin_split,
+    check_userrl_split,
+    create_kwargs,
+    index_by_id,
+    item_id_of,
+    read_json_array,
+    read_split_items,
+    read_userrl_rows,
+    source_loader,
+    userrl_task,
+)
 from userrl.envs.tau.database import (
     BUILTIN_RETAIL_DB,
     DOMAINS,
@@ -136,44 +147,33 @@ def resolve_domain_data(data: Mapping[str, Any], tau_data_root: str | Path | Non
 # ---------------------------------------------------------------------- builtin tasks
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+def _check_domain(domain: str | None) -> None:
+    if domain is not None and domain not in DOMAINS:
+        raise ValueError(f"unknown tau domain {domain!r}; known: {', '.join(DOMAINS)}")
 
 
 def load_builtin_tasks(
     split: str = "train", domain: str | None = None, path: str | Path | None = None
 ) -> list[Task]:
     """Our own generated retail tasks (tau/data/tasks.json) of one split."""
-    if split not in ("train", "test"):
-        raise ValueError(f"builtin tau tasks have splits 'train' and 'test', not {split!r}")
+    _check_domain(domain)
+    check_builtin_split(GYM, split)
     if domain not in (None, "retail"):
         return []  # the builtin set is retail only
     path = Path(path) if path is not None else BUILTIN_TASKS_PATH
-    doc = _read_json(path)
-    if not isinstance(doc, dict) or not isinstance(doc.get("tasks"), list):
-        raise ValueError(f"{path}: expected an object with a 'tasks' list")
     tasks = []
-    for raw in doc["tasks"]:
-        data = validate_task_data(raw, str(path))
-        if raw.get("split") not in ("train", "test"):
-            raise ValueError(f"{path}: item {data['id']!r} needs split 'train' or 'test'")
-        if raw["split"] == split:
-            tasks.append(
-                Task(GYM, data["id"], builtin_prompt(data["obs"]), data, split=split, source="builtin")
-            )
+    for item in read_split_items(path, "tasks", validate_task_data):
+        if item["split"] == split:
+            data = {k: v for k, v in item.items() if k != "split"}
+            tasks.append(Task(GYM, data["id"], builtin_prompt(data["obs"]), data, split=split, source="builtin"))
     return tasks
 
 
 # ---------------------------------------------------------------------- the original UserRL tasks
 
 
-def _missing_folder(path: Path) -> FileNotFoundError:
-    return FileNotFoundError(
-        f"{path} not found: data_root must point at a UserRL data folder (holding gyms/ and data/)"
-    )
+def _raw_item(raw: Any, where: str) -> dict[str, Any]:
+    return dict(raw, id=item_id_of(raw, where))
 
 
 def load_userrl_items(data_root: str | Path) -> dict[str, dict[str, Any]]:
@@ -181,18 +181,8 @@ def load_userrl_items(data_root: str | Path) -> dict[str, dict[str, Any]]:
     index: dict[str, dict[str, Any]] = {}
     for rel in USERRL_TAU_JSON.values():
         path = Path(data_root) / rel
-        if not path.is_file():
-            raise _missing_folder(path)
-        items = _read_json(path)
-        if not isinstance(items, list):
-            raise ValueError(f"{path}: expected a JSON array of tau items")
-        for item in items:
-            item_id = item.get("id") if isinstance(item, dict) else None
-            if not isinstance(item_id, str):
-                raise ValueError(f"{path}: an item has no string 'id': {item!r:.200}")
-            if item_id in index:
-                raise ValueError(f"{path}: duplicate id {item_id!r}")
-            index[item_id] = item
+        # Raw items: they are turned into Task.data per row, once the τ-bench folder is known.
+        index_by_id(read_json_array(path, "tau items"), _raw_item, path, index)
     return index
 
 
@@ -217,13 +207,6 @@ def userrl_task_data(item: Mapping[str, Any], tau_data_root: str | Path | None, 
     )
 
 
-def _create_kwargs_id(row: Mapping[str, Any]) -> Any:
-    kwargs = (((row.get("extra_info") or {}).get("tools_kwargs") or {}).get("interact_with_env") or {}).get(
-        "create_kwargs"
-    ) or {}
-    return kwargs.get("id")
-
-
 def load_userrl_tasks(
     split: str,
     data_root: str | Path,
@@ -233,22 +216,14 @@ def load_userrl_tasks(
 ) -> list[Task]:
     """Original parquet rows of one split resolved against the UserRL JSON; rows whose τ-bench domain
     database is missing are skipped with a warning (strict=True raises instead)."""
-    if split not in USERRL_PARQUET:
-        raise ValueError(f"UserRL tau splits are {sorted(USERRL_PARQUET)}, not {split!r}")
-    import polars as pl  # lazy: only this loader needs polars
-
+    _check_domain(domain)
+    check_userrl_split(GYM, split, USERRL_PARQUET)
     items = load_userrl_items(data_root)
     root = find_tau_data_root(tau_data_root, data_root)
     path = Path(data_root) / USERRL_PARQUET[split]
-    if not path.is_file():
-        raise _missing_folder(path)
-    try:
-        frame = pl.read_parquet(path, columns=["data_source", "prompt", "extra_info"])
-    except Exception as exc:  # polars raises several error types for unreadable files
-        raise ValueError(f"{path}: cannot read the parquet file ({exc})") from exc
     tasks, skipped = [], 0
-    for index, row in enumerate(frame.filter(pl.col("data_source") == DATA_SOURCE).iter_rows(named=True)):
-        item_id = _create_kwargs_id(row)
+    for index, row in enumerate(read_userrl_rows(path, DATA_SOURCE, ["data_source", "prompt", "extra_info"])):
+        item_id = create_kwargs(row).get("id")
         if item_id not in items:
             raise ValueError(
                 f"{path}: row {index} has tau id {item_id!r}, which is not in the UserRL tau JSON"
@@ -261,11 +236,7 @@ def load_userrl_tasks(
             continue
         json_path = Path(data_root) / USERRL_TAU_JSON["train" if "train" in item_id else "test"]
         data = userrl_task_data(items[item_id], root, str(json_path))
-        row_split = (row.get("extra_info") or {}).get("split") or split
-        try:
-            tasks.append(Task(GYM, item_id, list(row["prompt"]), data, split=row_split, source="userrl"))
-        except ValueError as exc:
-            raise ValueError(f"{path}: row {index} ({item_id!r}): {exc}") from exc
+        tasks.append(userrl_task(GYM, item_id, row, data, split, f"{path}: row {index}"))
     if skipped:
         message = (
             f"{skipped} tau rows of {path} skipped: the τ-bench domain data was not found "
@@ -277,25 +248,11 @@ def load_userrl_tasks(
     return tasks
 
 
-def load_tau_tasks(
-    split: str = "train",
-    source: str = "builtin",
-    data_root: str | Path | None = None,
-    *,
-    tau_data_root: str | Path | None = None,
-    domain: str | None = None,
-    strict: bool = False,
-) -> list[Task]:
-    """Tau tasks from our own retail set (source "builtin") or the original UserRL files (source "userrl")."""
-    if domain is not None and domain not in DOMAINS:
-        raise ValueError(f"unknown tau domain {domain!r}; known: {', '.join(DOMAINS)}")
-    if source == "builtin":
-        return load_builtin_tasks(split, domain)
-    if source == "userrl":
-        if data_root is None:
-            raise ValueError("source='userrl' needs data_root: the folder of the original UserRL data")
-        return load_userrl_tasks(split, data_root, tau_data_root, domain, strict)
-    raise ValueError(f"unknown task source {source!r}; use 'builtin' or 'userrl'")
+#: load_tau_tasks(split, source, data_root, domain=None, tau_data_root=None, strict=False): the registry's
+#: loader of Tau tasks (tau_data_root and strict apply to the original data only).
+load_tau_tasks = source_loader(
+    GYM, load_builtin_tasks, load_userrl_tasks, userrl_only=("tau_data_root", "strict")
+)
 
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 from userrl.envs.registry import register_gym
 from userrl.envs.telepathy.env import TelepathyEnv
-from userrl.envs.telepathy.solver import TelepathySolver, solve_episode
+from userrl.envs.telepathy.solver import TelepathySolver
 from userrl.envs.telepathy.tasks import TELEPATHY_SYSTEM_PROMPT, load_telepathy_tasks
 
 register_gym("telepathy", TelepathyEnv, load_telepathy_tasks, TelepathySolver, "userrl/Telepathy-v0")
@@ -12,5 +12,4 @@ __all__ = [
     "TelepathyEnv",
     "TelepathySolver",
     "load_telepathy_tasks",
-    "solve_episode",
 ]

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from gymnasium import spaces
 
 from userrl.envs.base import BOOL_SPACE, MAX_FEEDBACK_CHARS, ScalarBox, Task, text_space
-from userrl.envs.llm import RoleClient
 from userrl.envs.oracle import OracleEnv
 from userrl.envs.telepathy import roles
 
@@ -35,15 +34,9 @@ class TelepathyEnv(OracleEnv):
     # r_final = clip(r * reward_scale - step_penalty * step_count, 0, 1) (section 6).
     normalize_rewards_default: ClassVar[bool] = True
 
-    def _configure(
-        self,
-        *,
-        llm: RoleClient | None = None,
-        oracle_history_turns: int = 0,
-        role_backends: Mapping[str, str] | None = None,
-    ) -> None:
-        """Gym keywords: the model client, how many past exchanges the oracle sees, per-role backends."""
-        self._configure_oracle("Telepathy", llm, oracle_history_turns, role_backends)
+    def _configure(self, *, oracle_history_turns: int = 0) -> None:
+        """Gym keyword: how many past exchanges the model oracle sees."""
+        self._configure_oracle(oracle_history_turns)
 
     def _observation_fields(self) -> dict[str, spaces.Space]:
         return {

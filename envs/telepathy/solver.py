@@ -13,8 +13,8 @@ import re
 
 import numpy as np
 
-from userrl.envs.base import MultiTurnEnv, Task
-from userrl.envs.solving import UngroundedTask, play_episode
+from userrl.envs.base import Task
+from userrl.envs.solving import PlannedSolver, UngroundedTask
 from userrl.envs.telepathy import roles
 from userrl.envs.telepathy.facts import article
 
@@ -102,7 +102,7 @@ def description_questions(task: Task) -> list[str]:
     return [f"Is it {phrase}?"]
 
 
-class TelepathySolver:
+class TelepathySolver(PlannedSolver):
     """Asks a couple of attribute questions (sometimes opening with a broad No question), then asks whether
     it is the entity by name, and names it once the oracle said Yes.
 
@@ -111,6 +111,7 @@ class TelepathySolver:
     """
 
     def __init__(self, task: Task, rng: np.random.Generator) -> None:
+        super().__init__()
         questions = attribute_questions(task, rng)
         if not questions:
             questions = description_questions(task)
@@ -121,21 +122,15 @@ class TelepathySolver:
         self.title = str(task.data["title"])
         self.confirm = CONFIRM_TEMPLATES[int(rng.integers(len(CONFIRM_TEMPLATES)))].format(name=self.title)
         self._task = task.item_key
-        self._plan = [("action", q) for q in questions] + [("action", self.confirm), ("answer", self.title)]
-        self._step = 0
+        self.plan = [("action", q) for q in questions] + [("action", self.confirm), ("answer", self.title)]
 
-    def next_action(self, last_feedback: str | None) -> tuple[str, str]:
-        """The next (choice, content); the guess only after a Yes to the naming question, then finish."""
-        if self._step >= len(self._plan):
-            return "finish", ""
-        action = self._plan[self._step]
+    def approve(self, action: tuple[str, str], last_feedback: str | None) -> None:
+        """The guess only after a Yes to the naming question."""
         if action[0] == "answer" and not is_yes(last_feedback):
             # The oracle did not confirm the name: nothing in the transcript singles the entity out.
             raise UngroundedTask(
                 f"telepathy task {self._task!r}: the oracle answered {last_feedback!r} to {self.confirm!r}"
             )
-        self._step += 1
-        return action
 
 
 def is_yes(feedback: str | None) -> bool:
@@ -143,9 +138,3 @@ def is_yes(feedback: str | None) -> bool:
     words = re.findall(r"[a-z]+", (feedback or "").lower())
     return bool(words) and words[0] == "yes"
 
-
-def solve_episode(
-    env: MultiTurnEnv, task: Task, rng: np.random.Generator
-) -> list[tuple[str, str, str, float]]:
-    """Reset env on task and play the solver to the end: one (choice, content, feedback, reward) per step."""
-    return play_episode(env, task, TelepathySolver(task, rng))

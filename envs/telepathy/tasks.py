@@ -14,8 +14,7 @@ from userrl.envs.loading import (
     read_json_array,
     read_json_list,
     read_userrl_rows,
-    require_data_root,
-    unknown_source,
+    source_loader,
     userrl_task,
 )
 from userrl.envs.telepathy import facts
@@ -147,18 +146,5 @@ def load_userrl_tasks(split: str, data_root: str | Path) -> list[Task]:
     return tasks
 
 
-def load_telepathy_tasks(
-    split: str = "train",
-    source: str = "builtin",
-    data_root: str | Path | None = None,
-    category: str | list[str] | None = None,
-) -> list[Task]:
-    """Telepathy tasks from our own set (source "builtin") or the original UserRL files (source "userrl")."""
-    if source == "builtin":
-        return load_builtin_tasks(split, category)
-    if source == "userrl":
-        data_root = require_data_root(data_root)
-        if category is not None:
-            raise ValueError("the category filter applies to builtin telepathy tasks only")
-        return load_userrl_tasks(split, data_root)
-    raise unknown_source(source)
+#: load_telepathy_tasks(split, source, data_root, category=None): the registry's loader of Telepathy tasks.
+load_telepathy_tasks = source_loader(GYM, load_builtin_tasks, load_userrl_tasks, builtin_only=("category",))

@@ -3,7 +3,7 @@
 from userrl.envs.registry import register_gym
 from userrl.envs.travel.env import REWARD_PRESETS, TravelEnv
 from userrl.envs.travel.schema import Scenario, parse_scenario
-from userrl.envs.travel.solver import TravelSolver, solve_episode
+from userrl.envs.travel.solver import TravelSolver
 from userrl.envs.travel.tasks import (
     TRAVEL_SYSTEM_PROMPT,
     TravelDataUnavailable,
@@ -25,5 +25,4 @@ __all__ = [
     "load_travel_tasks",
     "parse_scenario",
     "read_travel_rows",
-    "solve_episode",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -11,7 +12,6 @@ import numpy as np
 from gymnasium import spaces
 
 from userrl.envs.base import BOOL_SPACE, MAX_FEEDBACK_CHARS, MultiTurnEnv, ScalarBox, Task, text_space
-from userrl.envs.llm import RoleClient
 from userrl.envs.travel import roles
 from userrl.envs.travel.schema import (
     ASPECT_LETTERS,
@@ -62,7 +62,6 @@ MAX_PREFERENCES = 64
 REWARD_BOUND = 1e9
 ROLE_MAX_TOKENS = 2048
 ROLE_TEMPERATURE = 0.0
-BACKENDS = ("scripted", "llm")
 
 
 @dataclass
@@ -90,13 +89,15 @@ class TravelEnv(MultiTurnEnv):
     gym_name: ClassVar[str] = "travel"
     allowed_choices: ClassVar[tuple[str, ...]] = ("search", "action", "answer")
     normalize_rewards_default: ClassVar[bool] = False
+    uses_role_client: ClassVar[bool] = True
+    role_names: ClassVar[tuple[str, ...]] = roles.ROLES
+    reward_presets: ClassVar[Mapping[str, Mapping[str, Any]]] = REWARD_PRESETS
 
     def _configure(
         self,
         *,
-        reward_preset: str = "train",
-        search_correct_reward: float | None = None,
-        preference_correct_reward: float | None = None,
+        search_correct_reward: float,
+        preference_correct_reward: float,
         choice_best_reward: float = 1.0,
         choice_correct_reward: float = 0.8,
         wrong_choice_penalty: float = 0.0,
@@ -104,22 +105,10 @@ class TravelEnv(MultiTurnEnv):
         elicitation_interval: int = 3,
         wrong_choice_number: int | None = 10,
         noise_choice_number: int | None = 5,
-        role_backends: dict[str, str] | None = None,
-        llm: RoleClient | None = None,
     ) -> None:
-        """Gym keywords: reward preset (explicit rewards override it), intervals, list sizes, roles."""
-        if reward_preset not in REWARD_PRESETS:
-            raise ValueError(f"unknown reward_preset {reward_preset!r}; use one of {sorted(REWARD_PRESETS)}")
-        preset = REWARD_PRESETS[reward_preset]
-        self.reward_preset = reward_preset
-        self.search_correct_reward = float(
-            preset["search_correct_reward"] if search_correct_reward is None else search_correct_reward
-        )
-        self.preference_correct_reward = float(
-            preset["preference_correct_reward"]
-            if preference_correct_reward is None
-            else preference_correct_reward
-        )
+        """Gym keywords: rewards (the two of the reward preset unless given), intervals, list sizes."""
+        self.search_correct_reward = float(search_correct_reward)
+        self.preference_correct_reward = float(preference_correct_reward)
         self.choice_best_reward = float(choice_best_reward)
         self.choice_correct_reward = float(choice_correct_reward)
         self.wrong_choice_penalty = float(wrong_choice_penalty)
@@ -136,17 +125,6 @@ class TravelEnv(MultiTurnEnv):
         self.elicitation_interval = _count(elicitation_interval, "elicitation_interval", minimum=1)
         self.wrong_choice_number = _count(wrong_choice_number, "wrong_choice_number", allow_none=True)
         self.noise_choice_number = _count(noise_choice_number, "noise_choice_number", allow_none=True)
-        role_backends = dict(role_backends or {})
-        unknown = sorted(set(role_backends) - set(roles.ROLES))
-        if unknown:
-            raise ValueError(f"unknown travel roles {unknown}; the roles are {list(roles.ROLES)}")
-        if self.backend not in BACKENDS or any(b not in BACKENDS for b in role_backends.values()):
-            raise ValueError(f"travel backends are {BACKENDS}, got {self.backend!r} and {role_backends}")
-        self.role_backends = {role: role_backends.get(role, self.backend) for role in roles.ROLES}
-        self.llm = llm
-        needs_llm = sorted(r for r, b in self.role_backends.items() if b == "llm")
-        if needs_llm and llm is None:
-            raise ValueError(f"travel roles {needs_llm} use the llm backend but no llm RoleClient was given")
 
     def _observation_fields(self) -> dict[str, spaces.Space]:
         counter = spaces.Discrete(MAX_PREFERENCES + 1)

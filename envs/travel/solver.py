@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from itertools import combinations
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
-from userrl.envs.base import MultiTurnEnv, Task
-from userrl.envs.solving import UngroundedTask, play_episode
+from userrl.envs.base import Task
+from userrl.envs.solving import UngroundedTask
 from userrl.envs.travel.env import SEARCH_BACKEND_ISSUE
 from userrl.envs.travel.reading import Reading, cheapest, read_options, read_reply
 from userrl.envs.travel.roles import argument_texts
@@ -77,6 +77,9 @@ class TravelSolver:
     preferences (picked with rng), plus as many others as the step budget leaves after reserving, for
     every later aspect, a search, an answer and a deciding set over all its options (privileged estimate).
     """
+
+    #: Plans within the episode's step budget: the registry passes max_steps (env.max_steps).
+    uses_step_budget: ClassVar[bool] = True
 
     def __init__(self, task: Task, rng: np.random.Generator, max_steps: int = 16) -> None:
         scenario = parse_scenario(task.item_key, task.data["scenario"])
@@ -184,9 +187,3 @@ class TravelSolver:
             self._queue.append(("action", (self.prefs[aspect][i], template)))
         self._queue.append(("answer", aspect))
 
-
-def solve_episode(
-    env: MultiTurnEnv, task: Task, rng: np.random.Generator
-) -> list[tuple[str, str, str, float]]:
-    """Reset env on task and play the solver to the end: one (choice, content, feedback, reward) per step."""
-    return play_episode(env, task, TravelSolver(task, rng, max_steps=env.max_steps))

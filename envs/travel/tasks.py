@@ -21,9 +21,8 @@ from userrl.envs.loading import (
     create_kwargs,
     read_json,
     read_userrl_rows,
-    require_data_root,
     row_split,
-    unknown_source,
+    source_loader,
 )
 from userrl.envs.travel.schema import (
     ASPECT_LETTERS,
@@ -251,15 +250,5 @@ def load_userrl_tasks(
     return tasks
 
 
-def load_travel_tasks(
-    split: str = "train",
-    source: str = "builtin",
-    data_root: str | Path | None = None,
-    subset: str | Sequence[str] | None = None,
-) -> list[Task]:
-    """Travel tasks from our own set (source "builtin") or the original UserRL files (source "userrl")."""
-    if source == "builtin":
-        return load_builtin_tasks(split, subset)
-    if source == "userrl":
-        return load_userrl_tasks(split, require_data_root(data_root), subset)
-    raise unknown_source(source)
+#: load_travel_tasks(split, source, data_root, subset=None): the registry's loader of Travel tasks.
+load_travel_tasks = source_loader(GYM, load_builtin_tasks, load_userrl_tasks)

@@ -2,9 +2,9 @@
 
 from userrl.envs.registry import register_gym
 from userrl.envs.turtle.env import TurtleEnv
-from userrl.envs.turtle.solver import TurtleSolver, solve_episode
+from userrl.envs.turtle.solver import TurtleSolver
 from userrl.envs.turtle.tasks import TURTLE_SYSTEM_PROMPT, load_turtle_tasks
 
 register_gym("turtle", TurtleEnv, load_turtle_tasks, TurtleSolver, "userrl/Turtle-v0")
 
-__all__ = ["TURTLE_SYSTEM_PROMPT", "TurtleEnv", "TurtleSolver", "load_turtle_tasks", "solve_episode"]
+__all__ = ["TURTLE_SYSTEM_PROMPT", "TurtleEnv", "TurtleSolver", "load_turtle_tasks"]

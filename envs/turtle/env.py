@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from gymnasium import spaces
 
 from userrl.envs.base import BOOL_SPACE, MAX_FEEDBACK_CHARS, ScalarBox, Task, text_space
-from userrl.envs.llm import RoleClient
 from userrl.envs.oracle import OracleEnv
 from userrl.envs.text import content_words
 from userrl.envs.turtle import roles
@@ -46,16 +45,14 @@ class TurtleEnv(OracleEnv):
     def _configure(
         self,
         *,
-        llm: RoleClient | None = None,
         success_threshold: float = 1.0,
         reveal_covered_statements: bool = True,
         oracle_history_turns: int = 0,
-        role_backends: Mapping[str, str] | None = None,
     ) -> None:
-        """Gym keywords: the model client, the success threshold, feedback and oracle flags, role backends."""
+        """Gym keywords: the success threshold, the feedback flag and the oracle's history length."""
         if not math.isfinite(success_threshold) or not 0.0 < success_threshold <= 1.0:
             raise ValueError(f"success_threshold must be in (0, 1], got {success_threshold!r}")
-        self._configure_oracle("Turtle", llm, oracle_history_turns, role_backends)
+        self._configure_oracle(oracle_history_turns)
         self.success_threshold = float(success_threshold)
         self.reveal_covered_statements = bool(reveal_covered_statements)
 

@@ -12,11 +12,12 @@ host confirms nothing, there is no story to justify and the solver raises `Ungro
 from __future__ import annotations
 
 import re
+from typing import ClassVar
 
 import numpy as np
 
-from userrl.envs.base import MultiTurnEnv, Task
-from userrl.envs.solving import UngroundedTask, play_episode
+from userrl.envs.base import Task
+from userrl.envs.solving import UngroundedTask
 
 #: Yes/no question forms that put one proposition to the host; {p} is the proposition.
 QUESTION_TEMPLATES: tuple[str, ...] = (
@@ -82,6 +83,9 @@ class TurtleSolver:
     Should the grader still find points missing, it finishes instead of repeating the same story.
     """
 
+    #: Plans within the episode's step budget: the registry passes max_steps (env.max_steps).
+    uses_step_budget: ClassVar[bool] = True
+
     def __init__(self, task: Task, rng: np.random.Generator, max_steps: int = 16) -> None:
         data = task.data
         rubric = data.get("rubric") or data.get("evaluation") or []
@@ -138,9 +142,3 @@ class TurtleSolver:
         """The story: the confirmed propositions, in the order asked."""
         return " ".join(sentence(p) for p in self.confirmed)
 
-
-def solve_episode(
-    env: MultiTurnEnv, task: Task, rng: np.random.Generator
-) -> list[tuple[str, str, str, float]]:
-    """Reset env on task and play the solver to the end: one (choice, content, feedback, reward) per step."""
-    return play_episode(env, task, TurtleSolver(task, rng, max_steps=env.max_steps))

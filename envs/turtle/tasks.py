@@ -15,9 +15,8 @@ from userrl.envs.loading import (
     read_json,
     read_json_list,
     read_userrl_rows,
-    require_data_root,
     require_file,
-    unknown_source,
+    source_loader,
     userrl_task,
 )
 
@@ -194,13 +193,5 @@ def load_userrl_tasks(split: str, data_root: str | Path) -> list[Task]:
     return tasks
 
 
-def load_turtle_tasks(
-    split: str = "train", source: str = "builtin", data_root: str | Path | None = None
-) -> list[Task]:
-    """Turtle tasks from our own set (source "builtin") or the original UserRL files (source "userrl")."""
-    if source == "builtin":
-        return load_builtin_tasks(split)
-    if source == "userrl":
-        data_root = require_data_root(data_root)
-        return load_userrl_tasks(split, data_root)
-    raise unknown_source(source)
+#: load_turtle_tasks(split, source, data_root): the registry's loader of Turtle tasks.
+load_turtle_tasks = source_loader(GYM, load_builtin_tasks, load_userrl_tasks)

@@ -20,10 +20,10 @@ from gym_helpers import (
     write_parquet,
 )
 
-from userrl.envs import UngroundedTask, load_tasks, make_env, make_solver
+from userrl.envs import UngroundedTask, load_tasks, make_env, make_solver, solve_episode
 from userrl.envs.function.generate import generate_tasks, main, render
 from userrl.envs.function.safe_eval import Formula
-from userrl.envs.function.solver import PROBE_POOL, FunctionSolver, format_number, solve_episode
+from userrl.envs.function.solver import PROBE_POOL, FunctionSolver, format_number
 from userrl.envs.function.tasks import (
     BUILTIN_TASKS_PATH,
     FUNCTION_SYSTEM_PROMPT,

@@ -349,7 +349,7 @@ def test_search_refuses_a_question_its_results_never_answer() -> None:
 def test_telepathy_refuses_a_name_the_oracle_did_not_confirm() -> None:
     task = load_tasks("telepathy", "train")[0]
     solver = make_solver("telepathy", task, np.random.default_rng(0))
-    questions = len(solver._plan) - 1
+    questions = len(solver.plan) - 1
     for _ in range(questions):
         solver.next_action("No")
     with pytest.raises(UngroundedTask, match="oracle answered 'No'"):

@@ -20,10 +20,10 @@ from gym_helpers import (
     write_parquet,
 )
 
-from userrl.envs import Task, load_tasks, make_env, make_solver
+from userrl.envs import Task, load_tasks, make_env, make_solver, solve_episode
 from userrl.envs.intention.env import max_return
 from userrl.envs.intention.generate import canonical_items, canonical_text, design_problems, item_id, main
-from userrl.envs.intention.solver import IntentionSolver, solve_episode
+from userrl.envs.intention.solver import IntentionSolver
 from userrl.envs.intention.tasks import (
     BUILTIN_TASKS_PATH,
     INTENTION_SYSTEM_PROMPT,

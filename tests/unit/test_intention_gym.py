@@ -4,20 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
-import re
 from collections.abc import Callable
 from typing import Any
 
-import gymnasium
-import numpy as np
 import pytest
-from gym_helpers import check_env_without_warnings, step
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from gym_helpers import step
 
 import userrl.envs.intention  # noqa: F401  (registers userrl/Intention-v0)
-from userrl.envs import Task, make_env
+from userrl.envs import Task
 from userrl.envs.intention import env as ienv
 from userrl.envs.intention import roles
 from userrl.envs.intention.env import IntentionEnv, base_reward, max_return
@@ -145,7 +139,7 @@ def judge_json(indices: str, related: str = "true") -> str:
 
 def llm_env(user: list[str], judge: list[str], **kwargs: Any) -> tuple[IntentionEnv, FakeLLM]:
     fake = FakeLLM({roles.USER_ROLE: user, roles.JUDGE_ROLE: judge})
-    env = started(backend="llm", llm=fake, **kwargs)
+    env = started(backend="openai", llm=fake, **kwargs)
     return env, fake
 
 
@@ -339,15 +333,10 @@ def test_bad_task_data_is_refused_at_load() -> None:
 
 
 def test_configuration_errors() -> None:
-    with pytest.raises(ValueError, match="no llm RoleClient"):
-        IntentionEnv(make_task(), backend="llm")
-    with pytest.raises(ValueError, match="unknown intention roles"):
-        IntentionEnv(make_task(), role_backends={"judge": "scripted"})
-    with pytest.raises(ValueError, match="reward_preset"):
-        IntentionEnv(make_task(), reward_preset="best")
+    with pytest.raises(ValueError, match="multi_detail_penalty"):
+        IntentionEnv(make_task(), multi_detail_penalty=-0.1)
     with pytest.raises(TypeError):
         IntentionEnv(make_task(), correct_reward=1.0)
-    assert IntentionEnv(make_task(), reward_preset="eval").reward_preset == "eval"
 
 
 # ---------------------------------------------------------------- scripted backend
@@ -397,16 +386,6 @@ def test_scripted_options_follow_the_seed() -> None:
     replies = {step(started(seed=s), ASK["city"])[0] for s in range(12)}
     assert replies == {"For destination city, I'd go with Paris.", "For destination city, I'd go with Rome."}
     assert step(started(seed=5), ASK["city"])[0] == step(started(seed=5), ASK["city"])[0]
-
-
-def test_no_global_rng_is_touched() -> None:
-    random.seed(3)
-    np.random.seed(3)
-    py_state, np_state = random.getstate(), np.random.get_state()[1].copy()
-    env = started()
-    for action in ASK.values():
-        env.step(action)
-    assert random.getstate() == py_state and np.array_equal(np.random.get_state()[1], np_state)
 
 
 # ---------------------------------------------------------------- llm backend (fake client)
@@ -504,12 +483,12 @@ def test_user_prompt_contents() -> None:
 
 def test_per_role_backend_override() -> None:
     fake = FakeLLM({roles.USER_ROLE: [user_json("Paris!")]})
-    env = started(backend="llm", llm=fake, role_backends={roles.JUDGE_ROLE: "scripted"})
+    env = started(backend="openai", llm=fake, role_backends={roles.JUDGE_ROLE: "scripted"})
     feedback, reward, _, _, info = step(env, ASK["city"])
     assert (feedback, reward) == ("Paris!", 1.0)
     assert [c["role"] for c in info["lm_calls"]] == [roles.USER_ROLE]
     fake = FakeLLM({roles.JUDGE_ROLE: [judge_json("[1]")]})
-    scripted_user = started(backend="llm", llm=fake, role_backends={roles.USER_ROLE: "scripted"})
+    scripted_user = started(backend="openai", llm=fake, role_backends={roles.USER_ROLE: "scripted"})
     feedback, reward, _, _, info = step(scripted_user, ASK["city"])
     assert feedback.startswith("For destination city") and reward == 1.0
     assert [c["role"] for c in info["lm_calls"]] == [roles.JUDGE_ROLE]
@@ -532,62 +511,3 @@ def test_validators_directly() -> None:
     ):
         with pytest.raises((ValueError, KeyError, TypeError)):
             roles.validate_judgement(bad)
-
-
-# ---------------------------------------------------------------- gymnasium integration
-
-
-def test_gymnasium_make_and_registry() -> None:
-    env = gymnasium.make("userrl/Intention-v0", task=make_task(), max_steps=5)
-    obs, _ = env.reset()
-    assert obs["total_missing_details"] == 6
-    assert env.step(ASK["city"])[1] == 1.0
-    assert isinstance(env.unwrapped, IntentionEnv) and env.unwrapped.max_steps == 5
-    env.close()
-    assert isinstance(make_env("intention", make_task()), IntentionEnv)
-
-
-@pytest.mark.parametrize("via_make", [False, True])
-def test_env_checker_passes_without_warnings(via_make: bool) -> None:
-    env = gymnasium.make("userrl/Intention-v0", task=make_task()) if via_make else IntentionEnv(make_task())
-    check_env_without_warnings(env)
-
-
-# ---------------------------------------------------------------- fuzzing
-
-_FEEDBACK_RE = re.compile(
-    "|".join(
-        f"(?:{p})"
-        for p in (
-            re.escape(ienv.EMPTY_QUESTION),
-            re.escape(ienv.EPISODE_FINISHED),
-            re.escape(ienv.INVALID_ACTION),
-            re.escape("The episode has already ended."),
-            re.escape(NOT_SURE_REPLY),
-            r"For [a-z ]+, I'd go with [A-Za-z]+\.",
-        )
-    )
-)
-_actions = st.one_of(
-    st.text(),
-    st.builds(
-        lambda p, t: p + t,
-        st.sampled_from(["[action] ", "[answer] ", "[search] ", "[finish]", " [action]", "[action]"]),
-        st.text(),
-    ),
-    st.builds(
-        lambda ws: "[action] " + " ".join(ws),
-        st.lists(st.sampled_from(["city", "destination", "budget", "range", "hotel", "style", "Rome", "x"])),
-    ),
-)
-
-
-@settings(max_examples=250, deadline=None)
-@given(st.lists(_actions, min_size=1, max_size=6))
-def test_arbitrary_actions_never_crash(actions: list[str]) -> None:
-    env = started(max_steps=5)
-    for action in actions:
-        obs, reward, terminated, truncated, info = env.step(action)
-        assert isinstance(obs["feedback"], str) and _FEEDBACK_RE.fullmatch(obs["feedback"]), obs["feedback"]
-        assert not (terminated and truncated) and info["error"] is None
-        assert 0.0 <= reward <= 1.0 and env.observation_space.contains(obs)

@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 from gym_helpers import DATA_ROOT, global_rngs_untouched, needs_shared_file, original_row, write_parquet
 
-from userrl.envs import Task, load_tasks, make_env, make_solver
+from userrl.envs import Task, load_tasks, make_env, make_solver, solve_episode
 from userrl.envs.persuade.generate import canonical_items, canonical_text, design_problems, item_id, main
 from userrl.envs.persuade.scripted import FAIR_POINT, NOT_CONVINCED, score_argument
 from userrl.envs.persuade.solver import (
@@ -21,7 +21,6 @@ from userrl.envs.persuade.solver import (
     PersuadeSolver,
     _lower_first,
     quotes,
-    solve_episode,
     template_arguments,
     unattributed,
     visible_text,

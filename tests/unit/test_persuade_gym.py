@@ -4,20 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
-import re
 from collections.abc import Callable
 from typing import Any
 
-import gymnasium
-import numpy as np
 import pytest
-from gym_helpers import check_env_without_warnings, step
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from gym_helpers import step
 
 import userrl.envs.persuade  # noqa: F401  (registers userrl/Persuade-v0)
-from userrl.envs import Task, make_env
+from userrl.envs import Task
 from userrl.envs.json_extract import JSONExtractionError, extract_json_object
 from userrl.envs.llm import RoleCall
 from userrl.envs.persuade import env as penv
@@ -120,7 +114,7 @@ def reply(stance: str, response: str = "Noted.") -> str:
 
 def llm_env(replies: list[str], **kwargs: Any) -> tuple[PersuadeEnv, FakeLLM]:
     fake = FakeLLM(replies)
-    return started(backend="llm", llm=fake, **kwargs), fake
+    return started(backend="openai", llm=fake, **kwargs), fake
 
 
 # ---------------------------------------------------------------- stance ladder and reward rules
@@ -364,25 +358,8 @@ def test_observation_and_info() -> None:
 def test_bad_task_data_and_configuration() -> None:
     with pytest.raises(ValueError, match="argument must be a non-empty string"):
         PersuadeEnv(Task("persuade", "K", builtin_prompt(CLAIM), {"claim": CLAIM}))
-    with pytest.raises(ValueError, match="no llm RoleClient"):
-        PersuadeEnv(make_task(), backend="llm")
     with pytest.raises(ValueError, match="reward_mode"):
         PersuadeEnv(make_task(), reward_mode="best")
-    with pytest.raises(ValueError, match="unknown persuade roles"):
-        PersuadeEnv(make_task(), role_backends={"judge": "scripted"})
-    with pytest.raises(ValueError, match="reward_preset"):
-        PersuadeEnv(make_task(), reward_preset="x")
-    assert PersuadeEnv(make_task(), reward_preset="eval").reward_preset == "eval"
-
-
-def test_no_global_rng_is_touched() -> None:
-    random.seed(3)
-    np.random.seed(3)
-    py_state, np_state = random.getstate(), np.random.get_state()[1].copy()
-    env = started()
-    for argument in GOOD:
-        env.step("[answer] " + argument)
-    assert random.getstate() == py_state and np.array_equal(np.random.get_state()[1], np_state)
 
 
 # ---------------------------------------------------------------- llm backend (fake client)
@@ -472,59 +449,3 @@ def test_validator_directly() -> None:
     ):
         with pytest.raises((KeyError, TypeError, ValueError)):
             roles.validate_persuadee(bad)
-
-
-# ---------------------------------------------------------------- gymnasium integration
-
-
-def test_gymnasium_make_and_registry() -> None:
-    env = gymnasium.make("userrl/Persuade-v0", task=make_task(), max_steps=4)
-    obs, _ = env.reset()
-    assert obs["current_stance"] == "Strongly Agree"
-    assert env.step("[answer] " + GOOD[0])[1] == 0.333333
-    assert isinstance(env.unwrapped, PersuadeEnv) and env.unwrapped.max_steps == 4
-    env.close()
-    assert isinstance(make_env("persuade", make_task()), PersuadeEnv)
-
-
-@pytest.mark.parametrize("via_make", [False, True])
-def test_env_checker_passes_without_warnings(via_make: bool) -> None:
-    env = gymnasium.make("userrl/Persuade-v0", task=make_task()) if via_make else PersuadeEnv(make_task())
-    check_env_without_warnings(env)
-
-
-# ---------------------------------------------------------------- fuzzing
-
-_REPLY = r"(?:You make a fair point\. I am reconsidering my position\.|I am not convinced yet\.)"
-_HINT = "|".join(re.escape(text) for _, text in HINTS)
-_FEEDBACK_RE = re.compile(
-    "|".join(
-        [
-            re.escape(penv.EMPTY_ARGUMENT),
-            re.escape(penv.EPISODE_FINISHED),
-            re.escape(penv.INVALID_ACTION),
-            re.escape("The episode has already ended."),
-            rf"{_REPLY}(?: (?:{_HINT})){{0,2}}",
-        ]
-    )
-)
-_actions = st.one_of(
-    st.text(),
-    st.builds(
-        lambda p, t: p + t,
-        st.sampled_from(["[answer] ", "[action] ", "[search] ", "[finish]", " [answer]"]),
-        st.text(),
-    ),
-    st.sampled_from([f"[answer] {a}" for a in (*GOOD, NO_EVIDENCE, OFF_TOPIC, SHORT, WEAK)]),
-)
-
-
-@settings(max_examples=250, deadline=None)
-@given(st.lists(_actions, min_size=1, max_size=6))
-def test_arbitrary_actions_never_crash(actions: list[str]) -> None:
-    env = started(max_steps=5)
-    for action in actions:
-        obs, reward, terminated, truncated, info = env.step(action)
-        assert isinstance(obs["feedback"], str) and _FEEDBACK_RE.fullmatch(obs["feedback"]), obs["feedback"]
-        assert not (terminated and truncated) and info["error"] is None
-        assert 0.0 <= reward <= 1.0 and env.observation_space.contains(obs)

@@ -20,7 +20,7 @@ from gym_helpers import (
 )
 
 import userrl.envs.search  # noqa: F401  (registers the gym until the registry imports every gym)
-from userrl.envs import load_tasks, make_env
+from userrl.envs import load_tasks, make_env, solve_episode
 from userrl.envs.search.corpus import (
     BUILTIN_CORPUS_PATH,
     CorpusIndex,
@@ -30,7 +30,7 @@ from userrl.envs.search.corpus import (
     load_corpus,
 )
 from userrl.envs.search.generate import contains_phrase, main, render_corpus, render_questions
-from userrl.envs.search.solver import SearchSolver, solve_episode
+from userrl.envs.search.solver import SearchSolver
 from userrl.envs.search.tasks import (
     BUILTIN_QUESTIONS_PATH,
     SEARCH_SYSTEM_PROMPT,
@@ -381,7 +381,7 @@ def test_userrl_loader_missing_files_and_splits(tmp_path: Path) -> None:
         load_search_tasks("alltest", "userrl", root)
     with pytest.raises(ValueError, match="evaluation-only and has no training file"):
         load_search_tasks("train", "userrl", root)
-    with pytest.raises(ValueError, match="no hop labels"):
+    with pytest.raises(ValueError, match="the hops filter applies to builtin search tasks only"):
         load_search_tasks("test", "userrl", root, hops=1)
 
 

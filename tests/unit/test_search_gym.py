@@ -5,20 +5,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import gymnasium
 import pytest
-from gym_helpers import check_env_without_warnings
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import userrl.envs.search  # noqa: F401  (registers userrl/Search-v0 until the registry imports every gym)
-from userrl.envs import Task, make_env
+from userrl.envs import Task
 from userrl.envs.json_extract import extract_json_object
 from userrl.envs.llm import RoleCall
 from userrl.envs.search import env as senv
@@ -292,7 +287,7 @@ BAD = '{"reasoning": "different", "judgment": "No", "feedback": "Your answer nam
 
 def llm_env(replies: list[str], **kwargs: Any) -> tuple[SearchEnv, FakeJudgeClient]:
     client = FakeJudgeClient(replies)
-    return started(backend="llm", llm=client, **kwargs), client
+    return started(backend="openai", llm=client, **kwargs), client
 
 
 @pytest.mark.parametrize(
@@ -370,13 +365,11 @@ def test_validate_judgment_rejects(value: dict[str, Any]) -> None:
 
 
 def test_judge_backend_override_and_missing_client() -> None:
-    env = started(backend="llm", role_backends={"answer_judge": "scripted"})
+    env = started(backend="openai", role_backends={"answer_judge": "scripted"})
     assert feedback(env, "[answer] It was Ilsa Marrow.") == "Correct! Your answer is right."
-    started(backend="llm", eval_method="rule")  # no judge, so no client needed
+    started(backend="openai", eval_method="rule")  # no judge, so no client needed
     with pytest.raises(ValueError, match="no llm RoleClient"):
-        SearchEnv(make_task(), backend="llm")
-    with pytest.raises(ValueError, match="unknown search roles"):
-        SearchEnv(make_task(), role_backends={"oracle": "scripted"})
+        SearchEnv(make_task(), backend="openai")
 
 
 # ---------------------------------------------------------------- finish, invalid choices, limits
@@ -401,20 +394,6 @@ def test_invalid_choice(action: str) -> None:
     assert (obs["feedback"], reward, terminated) == (
         "Invalid action. Allowed choices: search, answer.",
         0.0,
-        False,
-    )
-
-
-def test_truncation_at_max_steps() -> None:
-    env = started(max_steps=16, search_backend=StaticBackend())
-    results = [env.step("[answer] nobody") for _ in range(15)] + [env.step("[search] x")]
-    assert [r[3] for r in results] == [False] * 15 + [True]
-    assert not any(r[2] for r in results)
-    assert results[-1][0]["episode_complete"] is True and results[-1][0]["step_count"] == 16
-    assert env.step("[answer] Ilsa Marrow")[:4] == (
-        dict(results[-1][0], feedback="The episode has already ended."),
-        0.0,
-        True,
         False,
     )
 
@@ -513,75 +492,9 @@ def test_userrl_tasks_on_the_builtin_corpus_warn_once(caplog: pytest.LogCaptureF
 # ---------------------------------------------------------------- gymnasium integration
 
 
-def test_gymnasium_make_and_make_env() -> None:
-    env = gymnasium.make("userrl/Search-v0", task=make_task(), max_steps=5)
-    obs, _ = env.reset()
-    assert obs["question"] == QUESTION
-    obs, reward, terminated, truncated, _ = env.step("[answer] Ilsa Marrow")
-    assert (obs["feedback"], reward, terminated, truncated) == (
-        "Correct! Your answer is right.",
-        1.0,
-        True,
-        False,
-    )
-    assert isinstance(env.unwrapped, SearchEnv) and env.unwrapped.max_steps == 5
-    env.close()
-    assert isinstance(make_env("search", make_task()), SearchEnv)
-
-
-@pytest.mark.parametrize("via_make", [False, True])
-def test_env_checker_passes_without_warnings(via_make: bool) -> None:
-    env = gymnasium.make("userrl/Search-v0", task=make_task()) if via_make else SearchEnv(make_task())
-    check_env_without_warnings(env)
-
-
-def test_observations_lie_in_the_observation_space() -> None:
-    env = started(max_steps=3)
-    assert env.observation_space.contains(env.step("[search] Ivrand ünïcödé 中文")[0])
-    assert env.action_space.contains("[answer] ∞ 中文")
-
-
 def test_the_search_step_stays_fast() -> None:
     env = started()
     start = time.perf_counter()
     for i in range(5):
         env.step(f"[search] river mountain city {i}")
     assert time.perf_counter() - start < 1.0
-
-
-# ---------------------------------------------------------------- fuzzing
-
-_FEEDBACK_PATTERNS = [
-    re.escape(s)
-    for s in (
-        senv.MAX_SEARCHES_REACHED,
-        senv.SEARCH_ERROR,
-        senv.CORRECT,
-        senv.INCORRECT,
-        senv.INVALID_ACTION,
-        NO_RESULTS,
-        "The episode has already ended.",
-        "Episode finished. The correct answer was: Ilsa Marrow",
-    )
-] + [r"Search results for '.*':(\n[1-5]\. [^\n]+: [^\n]+){1,5}"]
-_FEEDBACK_RE = re.compile("|".join(f"(?:{p})" for p in _FEEDBACK_PATTERNS), re.DOTALL)
-
-_actions = st.one_of(
-    st.text(),
-    st.builds(
-        lambda p, t: p + t,
-        st.sampled_from(["[search] ", "[answer] ", "[action] ", "[finish]", " [search]", "[search] river "]),
-        st.text(),
-    ),
-)
-
-
-@settings(max_examples=150, deadline=None)
-@given(st.lists(_actions, min_size=1, max_size=8))
-def test_arbitrary_actions_never_crash(actions: list[str]) -> None:
-    env = started(max_steps=7)
-    for action in actions:
-        obs, reward, terminated, truncated, info = env.step(action)
-        assert isinstance(obs["feedback"], str) and _FEEDBACK_RE.fullmatch(obs["feedback"]), obs["feedback"]
-        assert not (terminated and truncated)
-        assert reward in (0.0, 1.0) and info["error"] is None

@@ -16,11 +16,10 @@ import polars as pl
 import pytest
 
 import userrl.envs.tau  # noqa: F401  (registers the tau gym until the registry imports every gym)
-from userrl.envs import load_tasks, make_env
+from userrl.envs import load_tasks, make_env, solve_episode
 from userrl.envs.solving import UngroundedTask
 from userrl.envs.tau.database import BUILTIN_RETAIL_DB, EpisodeDB, builtin_domain
 from userrl.envs.tau.generate import GENERATOR_SEED, generate, main, render_database, render_tasks
-from userrl.envs.tau.solver import solve_episode
 from userrl.envs.tau.tasks import (
     BUILTIN_TASKS_PATH,
     TAU_SYSTEM_PROMPT,

@@ -15,11 +15,10 @@ import polars as pl
 import pytest
 
 import userrl.envs.tau  # noqa: F401  (registers the tau gym until the registry imports every gym)
-from userrl.envs import load_tasks, make_env
+from userrl.envs import load_tasks, make_env, solve_episode
 from userrl.envs.solving import UngroundedTask
 from userrl.envs.tau.database import EpisodeDB, tau_bench_domain
 from userrl.envs.tau.hashing import canonical_text, state_hash
-from userrl.envs.tau.solver import solve_episode
 from userrl.envs.tau.tasks import load_userrl_items, userrl_task_data
 from userrl.envs.tau.tools import ERROR_PREFIX, replay_actions, run_tool
 

@@ -20,7 +20,7 @@ from gym_helpers import (
 )
 
 import userrl.envs.telepathy  # noqa: F401  (registers the gym until discovery imports every gym)
-from userrl.envs import Task, load_tasks, make_env, make_solver
+from userrl.envs import Task, load_tasks, make_env, make_solver, solve_episode
 from userrl.envs.solving import UngroundedTask
 from userrl.envs.telepathy import facts, roles
 from userrl.envs.telepathy.generate import FACTS_PATH, GENERATOR_SEED, generate_entities, main, render
@@ -30,7 +30,6 @@ from userrl.envs.telepathy.solver import (
     TelepathySolver,
     attribute_questions,
     description_questions,
-    solve_episode,
 )
 from userrl.envs.telepathy.tasks import (
     BUILTIN_ENTITIES_PATH,
@@ -239,7 +238,7 @@ def test_solver_is_deterministic_and_varies_with_the_rng() -> None:
     assert first == [
         make_solver("telepathy", task, np.random.default_rng(5)).next_action(None) for _ in range(5)
     ]
-    plans = {tuple(TelepathySolver(task, np.random.default_rng(s))._plan) for s in range(40)}
+    plans = {tuple(TelepathySolver(task, np.random.default_rng(s)).plan) for s in range(40)}
     assert len(plans) >= 5 and {len(p) for p in plans} >= {4, 5, 6}
 
 
@@ -247,7 +246,7 @@ def test_persons_are_never_asked_if_they_are_animals() -> None:
     persons = [t for t in all_tasks() if "person" in roles.hypernyms(t.data["category"])]
     for seed in range(10):
         for task in persons:
-            plan = TelepathySolver(task, np.random.default_rng(seed))._plan
+            plan = TelepathySolver(task, np.random.default_rng(seed)).plan
             assert ("action", "Are you thinking of an animal?") not in plan
             assert ("action", "Are you thinking of a person?") not in plan
 
@@ -282,7 +281,7 @@ def test_solver_on_a_task_without_attributes() -> None:
 def test_solver_finishes_when_the_guess_is_rejected() -> None:
     task = load_telepathy_tasks("test")[0]
     solver = TelepathySolver(task, np.random.default_rng(0))
-    plan_length = len(solver._plan)
+    plan_length = len(solver.plan)
     actions = [solver.next_action("Yes") for _ in range(plan_length + 1)]
     assert actions[-2] == ("answer", task.data["title"]) and actions[-1] == ("finish", "")
 
@@ -290,7 +289,7 @@ def test_solver_finishes_when_the_guess_is_rejected() -> None:
 def test_solver_guesses_only_a_name_the_oracle_confirmed() -> None:
     task = load_telepathy_tasks("test")[0]
     solver = TelepathySolver(task, np.random.default_rng(0))
-    actions = [solver.next_action("Yes") for _ in range(len(solver._plan) - 1)]
+    actions = [solver.next_action("Yes") for _ in range(len(solver.plan) - 1)]
     assert actions[-1] == ("action", solver.confirm) and task.data["title"] in solver.confirm
     with pytest.raises(UngroundedTask, match="did not|answered"):
         solver.next_action("No")

@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
-import gymnasium
 import pytest
-from gym_helpers import FakeRoleClient, check_env_without_warnings, step
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from gym_helpers import FakeRoleClient, step
 
 import userrl.envs.telepathy  # noqa: F401  (registers userrl/Telepathy-v0 until discovery imports every gym)
-from userrl.envs import Task, make_env
+from userrl.envs import Task
 from userrl.envs.telepathy import env as tenv
 from userrl.envs.telepathy import roles
 from userrl.envs.telepathy.env import TelepathyEnv
@@ -49,7 +45,7 @@ def judge_reply(judgment: Any, feedback: Any = "Nice try.") -> str:
 
 def llm_env(*calls: list[str], **kwargs: Any) -> tuple[TelepathyEnv, FakeRoleClient]:
     client = FakeRoleClient(*calls)
-    env = TelepathyEnv(make_task(), backend="llm", llm=client, **kwargs)
+    env = TelepathyEnv(make_task(), backend="openai", llm=client, **kwargs)
     env.reset()
     return env, client
 
@@ -182,13 +178,6 @@ def test_invalid_choice(action: str) -> None:
     assert info["response_history"] == []
 
 
-def test_truncation_at_max_steps() -> None:
-    env = started(max_steps=16)
-    results = [env.step("[answer] Tiger") for _ in range(16)]
-    assert [r[3] for r in results] == [False] * 15 + [True] and not any(r[2] for r in results)
-    assert results[-1][0]["step_count"] == 16 and results[-1][0]["episode_complete"] is True
-
-
 def test_a_correct_guess_on_the_last_step_terminates_only() -> None:
     env = started(max_steps=2)
     env.step("[action] Is it a cat?")
@@ -229,12 +218,6 @@ def test_bad_task_data_is_refused() -> None:
 
 
 def test_keyword_validation() -> None:
-    with pytest.raises(ValueError, match="needs an llm RoleClient"):
-        TelepathyEnv(make_task(), backend="llm")
-    with pytest.raises(ValueError, match="needs an llm RoleClient"):
-        TelepathyEnv(make_task(), role_backends={"judge": "llm"})
-    with pytest.raises(ValueError, match="unknown roles"):
-        TelepathyEnv(make_task(), role_backends={"grader": "scripted"})
     with pytest.raises(ValueError, match="oracle_history_turns"):
         TelepathyEnv(make_task(), oracle_history_turns=True)
 
@@ -327,75 +310,8 @@ def test_empty_guess_and_question_skip_the_model() -> None:
 
 def test_role_backends_mix_scripted_and_llm() -> None:
     client = FakeRoleClient(['{"response": "No"}'])
-    env = TelepathyEnv(make_task(), backend="llm", llm=client, role_backends={"judge": "scripted"})
+    env = TelepathyEnv(make_task(), backend="openai", llm=client, role_backends={"judge": "scripted"})
     env.reset()
     assert step(env, "[action] Does it have a mane?")[0] == "No"  # the model says so
     assert step(env, "[answer] lion")[1:3] == (1.0, True)
     assert [role for role, _, _ in client.seen] == ["telepathy_oracle"]
-
-
-# ---------------------------------------------------------------- gymnasium integration
-
-
-def test_gymnasium_make() -> None:
-    env = gymnasium.make("userrl/Telepathy-v0", task=make_task(), max_steps=5)
-    obs, _ = env.reset()
-    assert obs["description"] == DESCRIPTION
-    assert env.step("[answer] Lion")[1:3] == (1.0, True)
-    assert isinstance(env.unwrapped, TelepathyEnv) and env.unwrapped.max_steps == 5
-    env.close()
-    assert isinstance(make_env("telepathy", make_task()), TelepathyEnv)
-
-
-@pytest.mark.parametrize("via_make", [False, True])
-def test_env_checker_passes_without_warnings(via_make: bool) -> None:
-    env = gymnasium.make("userrl/Telepathy-v0", task=make_task()) if via_make else TelepathyEnv(make_task())
-    check_env_without_warnings(env)
-
-
-def test_observations_lie_in_the_observation_space() -> None:
-    env = started(max_steps=3)
-    assert env.observation_space.contains(env.step("[action] Is it ünïcödé 中文?")[0])
-    assert env.observation_space.contains(env.step("[answer] Lion")[0])
-
-
-# ---------------------------------------------------------------- fuzzing
-
-_FIXED = [
-    "Yes",
-    "No",
-    "Maybe",
-    "Correct! Your guess is right.",
-    "Your guess is not the entity.",
-    "Episode finished.",
-    INVALID,
-    "The episode has already ended.",
-]
-_FEEDBACK_RE = re.compile("|".join(re.escape(s) for s in _FIXED))
-_actions = st.one_of(
-    st.text(),
-    st.builds(
-        lambda p, t: p + t,
-        st.sampled_from(["[action] ", "[answer] ", "[search] ", "[finish]", " [answer]"]),
-        st.text(),
-    ),
-    st.builds(
-        lambda p, words: p + " ".join(words),
-        st.sampled_from(["[action] ", "[answer] "]),
-        st.lists(st.sampled_from(["lion", "Lion", "mane", "is", "it", "a", "cat", "thing", "?"]), max_size=5),
-    ),
-)
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(_actions, min_size=1, max_size=6))
-def test_arbitrary_actions_never_crash(actions: list[str]) -> None:
-    env = started(max_steps=4)
-    total = 0.0
-    for action in actions:
-        obs, reward, terminated, truncated, info = env.step(action)
-        assert isinstance(obs["feedback"], str) and _FEEDBACK_RE.fullmatch(obs["feedback"]), obs["feedback"]
-        assert not (terminated and truncated) and info["error"] is None
-        assert reward in (0.0, 1.0)
-        total += reward
-    assert total <= 1.0

@@ -14,7 +14,7 @@ import pytest
 from gym_helpers import DATA_ROOT, global_rngs_untouched, needs_shared_file, write_json, write_parquet
 
 import userrl.envs.travel  # noqa: F401  (registers "travel")
-from userrl.envs import load_tasks, make_env
+from userrl.envs import load_tasks, make_env, solve_episode
 from userrl.envs.travel import env as tenv
 from userrl.envs.travel.generate import (
     CORRECT_RANGE,
@@ -30,7 +30,7 @@ from userrl.envs.travel.generate import (
 from userrl.envs.travel.reading import cheapest, read_options, read_reply
 from userrl.envs.travel.roles import argument_texts, scripted_search_judge
 from userrl.envs.travel.schema import ASPECT_LETTERS, parse_scenario, parse_scenario_id, subset_of_id
-from userrl.envs.travel.solver import QUESTION_TEMPLATES, search_request, solve_episode
+from userrl.envs.travel.solver import QUESTION_TEMPLATES, search_request
 from userrl.envs.travel.tasks import (
     BUDGET_SENTENCE,
     BUILTIN_SPLITS_PATH,

@@ -9,14 +9,10 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-import gymnasium
 import pytest
-from gym_helpers import check_env_without_warnings
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import userrl.envs.travel  # noqa: F401  (registers "travel" and userrl/Travel-v0)
-from userrl.envs import Task, make_env
+from userrl.envs import Task
 from userrl.envs.llm import RoleCall
 from userrl.envs.travel import env as tenv
 from userrl.envs.travel import roles
@@ -594,12 +590,6 @@ def test_configuration_errors() -> None:
         TravelEnv(elicitation_interval=0)
     with pytest.raises(ValueError, match="wrong_choice_number"):
         TravelEnv(wrong_choice_number=1.5)
-    with pytest.raises(ValueError, match="no llm RoleClient"):
-        TravelEnv(backend="llm")
-    with pytest.raises(ValueError, match="unknown travel roles"):
-        TravelEnv(role_backends={"judge": "llm"})
-    with pytest.raises(ValueError, match="backends"):
-        TravelEnv(backend="openai")
     with pytest.raises(TypeError, match="unexpected keyword"):
         TravelEnv(search_reward=1.0)
 
@@ -631,7 +621,7 @@ class FakeLLM:
 
 def llm_env(replies: dict[str, list[Any]], **kwargs: Any) -> tuple[TravelEnv, FakeLLM]:
     fake = FakeLLM(replies)
-    env = TravelEnv(make_task(), backend="llm", llm=fake, **kwargs)
+    env = TravelEnv(make_task(), backend="openai", llm=fake, **kwargs)
     env.reset()
     return env, fake
 
@@ -724,7 +714,7 @@ def test_llm_type3_and_type4_need_no_reply_call() -> None:
 
 def test_role_backends_mix_scripted_and_llm() -> None:
     fake = FakeLLM({"natural_reply": [{"thought": "", "response": "Hi!"}]})
-    env = TravelEnv(make_task(), llm=fake, role_backends={"natural_reply": "llm"})
+    env = TravelEnv(make_task(), llm=fake, role_backends={"natural_reply": "openai"})
     env.reset()
     assert feedback(env, SMALL_TALK) == "Hi!"
     assert feedback(env, ASK_POOL) == POOL_IMPLICIT  # the type judge and reveal stay scripted
@@ -773,82 +763,6 @@ def test_type_and_reply_validators() -> None:
             roles.validate_reply(bad)
 
 
-# ---------------------------------------------------------------- gymnasium integration
-
-
-def test_gymnasium_make_and_registry() -> None:
-    env = gymnasium.make("userrl/Travel-v0", task=make_task(), max_steps=5, reward_preset="eval")
-    obs, _ = env.reset()
-    assert obs["total_preferences"] == 4
-    assert env.step("[answer] H11")[1] == 1.0
-    assert isinstance(env.unwrapped, TravelEnv) and env.unwrapped.max_steps == 5
-    env.close()
-    assert isinstance(make_env("travel", make_task()), TravelEnv)
-
-
-@pytest.mark.parametrize("via_make", [False, True])
-def test_env_checker_passes_without_warnings(via_make: bool) -> None:
-    env = gymnasium.make("userrl/Travel-v0", task=make_task()) if via_make else TravelEnv(make_task())
-    check_env_without_warnings(env)
-
-
-def test_observations_lie_in_the_observation_space() -> None:
-    env = started()
-    for action in (HOTEL_SEARCH, ASK_POOL, "[answer] H11", "[action] ünïcödé 中文?"):
-        assert env.observation_space.contains(env.step(action)[0])
-    space = env.observation_space["elicitation_ratio"]
+def test_the_elicitation_ratio_space_is_a_fraction() -> None:
+    space = started().observation_space["elicitation_ratio"]
     assert space.contains(0.5) and not space.contains(1.5) and not space.contains(True)
-
-
-# ---------------------------------------------------------------- fuzzing
-
-_FIXED = {
-    tenv.SEARCH_BACKEND_ISSUE,
-    tenv.SEARCH_REFINE,
-    tenv.TYPE3_REPLY,
-    tenv.TYPE4_REPLY,
-    tenv.ONE_OPTION_ONLY,
-    tenv.INVALID_OPTION_ID,
-    tenv.ASPECT_ALREADY_CHOSEN,
-    tenv.INVALID_ACTION,
-    roles.SCRIPTED_NATURAL_REPLY,
-    "The episode has already ended.",
-}
-_IMPLICIT = [POOL_IMPLICIT, RATING_IMPLICIT, STOPS_IMPLICIT, WIFI_IMPLICIT]
-_FIXED |= set(_IMPLICIT) | {"By the way, " + t for t in _IMPLICIT}
-_PATTERNS = re.compile(
-    "|".join(
-        [
-            r"Your search request is correct\. Options for (hotel|flight) \(.*",
-            r"You have already searched (hotel|flight); refer to the earlier results\.",
-            r"[ACFHR]\d+ (is the best option for this aspect\.|satisfies the preferences but is not the best "
-            r"option\.|does not satisfy the preferences\.)" + re.escape(SUFFIX),
-            r"Episode finished\. You elicited \d of 4 preferences\.",
-        ]
-    ),
-    re.DOTALL,
-)
-
-_actions = st.one_of(
-    st.text(max_size=60),
-    st.builds(
-        lambda p, t: p + t,
-        st.sampled_from(["[action] ", "[answer] ", "[search] ", "[finish]", " [answer]"]),
-        st.one_of(
-            st.text(max_size=40),
-            st.sampled_from(["H11", "f3", "H4,F8", "A1", "hotel Paris May 3rd May 6th 2", "swimming pool?"]),
-        ),
-    ),
-)
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(_actions, min_size=1, max_size=8))
-def test_arbitrary_actions_never_crash(actions: list[str]) -> None:
-    env = started(max_steps=6)
-    for action in actions:
-        obs, reward, terminated, truncated, info = env.step(action)
-        text = obs["feedback"]
-        assert isinstance(text, str) and (text in _FIXED or _PATTERNS.fullmatch(text)), text
-        assert not (terminated and truncated) and info["error"] is None
-        assert 0.0 <= reward <= 1.0

@@ -20,7 +20,7 @@ from gym_helpers import (
 )
 
 import userrl.envs.turtle  # noqa: F401  (registers the gym until discovery imports every gym)
-from userrl.envs import Task, load_tasks, make_env, make_solver
+from userrl.envs import Task, load_tasks, make_env, make_solver, solve_episode
 from userrl.envs.text import content_words
 from userrl.envs.turtle import roles
 from userrl.envs.turtle.solver import (
@@ -29,7 +29,6 @@ from userrl.envs.turtle.solver import (
     proposition,
     question_proposition,
     sentence,
-    solve_episode,
 )
 from userrl.envs.turtle.tasks import (
     BUILTIN_STORIES_PATH,

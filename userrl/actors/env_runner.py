@@ -17,7 +17,9 @@ from userrl.trajectory import Trajectory
 
 def accepts_llm(gym: str) -> bool:
     """Whether a gym has model-backed roles (its constructor takes an `llm` client)."""
-    return "llm" in inspect.signature(get_gym(gym)._configure).parameters
+    from userrl.envs.registry import uses_role_client
+
+    return uses_role_client(gym)
 
 
 def make_user_client(backend: str, llm: dict[str, Any] | None, user_replicas: list[Any] | None,
