@@ -27,9 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from ray import serve
 from rich.console import Console
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from userrl.actors.policy_replica import PolicyReplica
 from userrl.config import ConfigError
@@ -44,6 +46,38 @@ fastapi_app = FastAPI(title="userrl", docs_url=None, redoc_url=None)
 
 def _error(error: APIError) -> JSONResponse:
     return JSONResponse(error.body(), status_code=error.status)
+
+
+# Every reply that is not a success has OpenAI's error shape, also where FastAPI/Starlette answer on their own
+# (unknown path, wrong method) or where something raised that should not have.
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large", 415: "unsupported_media_type"}
+
+
+@fastapi_app.exception_handler(StarletteHTTPException)
+async def _http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
+    """Starlette's own 4xx (no such route, method not allowed) in the OpenAI error format."""
+    detail = error.detail if isinstance(error.detail, str) else "request error"
+    message = f"{request.method} {request.url.path}: {detail}"
+    if error.status_code == 404:
+        message += " (this server has GET /v1/models, POST /v1/chat/completions, GET /health and /play)"
+    return JSONResponse(APIError(error.status_code, message, code=_HTTP_CODES.get(error.status_code)).body(),
+                        status_code=error.status_code, headers=getattr(error, "headers", None))
+
+
+@fastapi_app.exception_handler(RequestValidationError)
+async def _validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
+    """A path or query parameter FastAPI could not validate."""
+    first = error.errors()[0] if error.errors() else {"loc": (), "msg": "invalid request"}
+    param = ".".join(str(p) for p in first["loc"][1:]) or None
+    return _error(APIError(400, f"invalid parameter {param}: {first['msg']}", param=param, code="invalid_value"))
+
+
+@fastapi_app.exception_handler(Exception)
+async def _server_error(request: Request, error: Exception) -> JSONResponse:
+    """A bug or a failed model replica: a 500 in the OpenAI format (the traceback goes to the replica's log)."""
+    log.exception("%s %s failed", request.method, request.url.path)
+    return _error(APIError(500, f"the server failed on this request ({type(error).__name__}); see the server log",
+                           type_="server_error", code="internal_error"))
 
 
 def _sse(payload: dict[str, Any] | str) -> str:
@@ -83,13 +117,26 @@ class Gateway:
     async def _generate(self, request):
         return await self.model.generate.remote(request)
 
-    @staticmethod
-    async def _json(request: Request) -> Any:
-        raw = await request.body()
-        try:
-            return json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise APIError(400, f"the request body is not valid JSON ({error})", code="invalid_json") from None
+    async def _json(self, request: Request) -> Any:
+        # Declared JSON (or no declaration), bounded in size before it is read whole, strict JSON.
+        declared = request.headers.get("content-type")
+        media = (declared or "").split(";", 1)[0].strip().lower()
+        if declared is not None and media != "application/json" and not media.endswith("+json"):
+            raise APIError(415, f"the body must be JSON sent with Content-Type: application/json, not {media!r}",
+                           code="unsupported_media_type")
+        limit = self.config.max_request_bytes
+        too_large = APIError(413, f"the request body is larger than this server's limit of {limit} bytes "
+                             "(max_request_bytes in the serving config)", code="request_too_large")
+        length = request.headers.get("content-length", "")
+        if length.isdigit() and int(length) > limit:
+            raise too_large
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise too_large
+            chunks.append(chunk)
+        return protocol.decode_json(b"".join(chunks))
 
     # ---- OpenAI API
 
@@ -162,7 +209,9 @@ class Gateway:
         """The playground page."""
         from userrl.serving.play.session import static_file
 
-        return static_file("index.html") if self.play else JSONResponse({"error": "play is disabled"}, 404)
+        if self.play is None:
+            return _error(APIError(404, "play is disabled in the serving config", code="not_found"))
+        return static_file("index.html")
 
     @fastapi_app.get("/play/static/{name}")
     async def play_static(self, name: str) -> Response:
@@ -188,7 +237,7 @@ class Gateway:
 
     async def _play_call(self, request: Request, handler, body: bool = True, auth: bool = True) -> Response:
         if self.play is None:
-            return JSONResponse({"error": {"message": "play is disabled in the serving config"}}, 404)
+            return _error(APIError(404, "play is disabled in the serving config", code="not_found"))
         try:
             if auth:
                 self._check_key(request)

@@ -38,6 +38,21 @@ def model_protocol(model_path: str, configured: str | None) -> str:
     return json.loads(meta.read_text()).get("protocol", "tool_call") if meta.is_file() else "tool_call"
 
 
+def max_token_bytes(tokenizer: Any) -> int | None:
+    """UTF-8 bytes of the longest token's text, when every prompt byte is some token's (no normalizer).
+
+    Then a prompt of more than `max_model_len * max_token_bytes` characters cannot fit and is refused
+    without being tokenized (an oversized prompt would otherwise hold the gateway for seconds). None for
+    tokenizers whose normalizer may drop or merge characters: those are always tokenized.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or backend.normalizer is not None:
+        return None
+    # A token that ends inside a UTF-8 character decodes to U+FFFD (3 bytes): never an underestimate.
+    return max(len(tokenizer.convert_tokens_to_string([token]).encode("utf-8"))
+               for token in tokenizer.get_vocab()) or None
+
+
 @dataclass
 class Prepared:
     """A validated request turned into engine input."""
@@ -70,6 +85,7 @@ class ChatEngine:
         self.protocol = model_protocol(model_path, protocol)
         self.chat = ChatFormat(self.tokenizer, self.protocol)
         self.max_model_len, self.default_max_tokens = max_model_len, default_max_tokens
+        self.max_token_bytes = max_token_bytes(self.tokenizer)
 
     # ---- request -> prompt ids
 
@@ -115,7 +131,15 @@ class ChatEngine:
                            f"{TOOL_NAME!r} (userrl.chat.TOOL_SCHEMA)", param="tools")
         messages = self._messages(request, use_tools)
         kwargs = {"tools": tools} if use_tools and self.protocol == "tool_call" else {}
-        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
+        try:
+            text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
+        except Exception as error:  # noqa: BLE001 - jinja errors come from what the request sent
+            raise APIError(400, f"the messages cannot be rendered by this model's chat template: {error}",
+                           param="messages") from None
+        if self.max_token_bytes and len(text) > self.max_model_len * self.max_token_bytes:
+            raise APIError(400, f"this model's maximum context length is {self.max_model_len} tokens; the prompt "
+                           f"({len(text)} characters) has more. Shorten the messages.", param="messages",
+                           code="context_length_exceeded")
         return list(self.tokenizer.encode(text, add_special_tokens=False)), names
 
     def prepare(self, request: ChatCompletionRequest) -> Prepared:

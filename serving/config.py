@@ -51,6 +51,8 @@ class ServeConfig(_Section):
     num_cpus_per_replica: float = Field(1.0, ge=0)
     num_gpus_per_replica: float = Field(0.0, ge=0, description="GPUs per model replica (vllm on a GPU: 1)")
     max_ongoing_requests: int = Field(64, ge=1, description="requests one model replica accepts at once")
+    max_request_bytes: int = Field(4 * 2**20, ge=1024, description="largest request body accepted; larger ones "
+                                   "get a 413 before they are read whole")
     api_key_env: str | None = Field(None, description="name of the environment variable holding the API key; "
                                     "when set, requests need `Authorization: Bearer <key>`")
     host: str = "127.0.0.1"

@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import json
+import re
 import time
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+#: OpenAI's `seed` is a signed 64-bit integer; torch's generators take no wider value.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 class APIError(Exception):
@@ -24,7 +37,9 @@ class APIError(Exception):
 
 class _Lenient(BaseModel):
     # Fields the OpenAI API defines but we do not use (user, metadata, ...) are accepted and ignored.
-    model_config = ConfigDict(extra="ignore")
+    # Strict types: OpenAI rejects "0.5" for a number and 1 for a boolean, and so do we (lax pydantic would
+    # read "yes" as stream=true).
+    model_config = ConfigDict(extra="ignore", strict=True)
 
 
 class FunctionSpec(_Lenient):
@@ -33,6 +48,24 @@ class FunctionSpec(_Lenient):
     name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
     description: str | None = None
     parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+    @field_validator("parameters")
+    @classmethod
+    def _json_schema(cls, parameters: dict[str, Any] | None) -> dict[str, Any] | None:
+        # The chat template walks `properties`: a schema that is not one would fail there, as a 500.
+        if parameters is None:
+            return None
+        from jsonschema import Draft202012Validator
+        from jsonschema.exceptions import SchemaError
+
+        try:
+            Draft202012Validator.check_schema(parameters)
+        except SchemaError as error:
+            raise ValueError(f"not a valid JSON Schema: {error.message}") from None
+        if parameters.get("type", "object") != "object":
+            raise ValueError("must be a JSON Schema of type 'object' (the arguments are a JSON object)")
+        return parameters
 
 
 class ToolSpec(_Lenient):
@@ -53,11 +86,26 @@ class ToolCall(_Lenient):
     function: ToolCallFunction
 
 
+class ContentPart(_Lenient):
+    """One part of a message's content list; only text parts can be rendered for a text model."""
+
+    type: str
+    text: str | None = None
+
+    @model_validator(mode="after")
+    def _text_only(self) -> ContentPart:
+        if self.type != "text":
+            raise ValueError(f"content parts of type {self.type!r} are not supported; only 'text'")
+        if self.text is None:
+            raise ValueError("a text content part needs a 'text' string")
+        return self
+
+
 class Message(_Lenient):
     """One chat message; content may be a string or a list of text parts."""
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[dict[str, Any]] | None = None
+    content: str | list[ContentPart] | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
     name: str | None = None
@@ -68,12 +116,7 @@ class Message(_Lenient):
             return ""
         if isinstance(self.content, str):
             return self.content
-        parts = []
-        for part in self.content:
-            if part.get("type") != "text":
-                raise ValueError(f"content part of type {part.get('type')!r} is not supported; only 'text'")
-            parts.append(str(part.get("text", "")))
-        return "".join(parts)
+        return "".join(part.text or "" for part in self.content)
 
 
 class StreamOptions(_Lenient):
@@ -90,12 +133,23 @@ class ChatCompletionRequest(_Lenient):
     max_tokens: int | None = Field(None, gt=0)
     max_completion_tokens: int | None = Field(None, gt=0)
     n: int | None = Field(None, ge=1)
-    stream: bool = False
+    stream: bool | None = False
     stream_options: StreamOptions | None = None
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=INT64_MIN, le=INT64_MAX)
     tools: list[ToolSpec] | None = None
     tool_choice: str | dict[str, Any] | None = None
+    # Defined by OpenAI and not implemented here: accepted at their no-op values only, so a client that asks
+    # for log-probs, a JSON reply or penalties learns it does not get them instead of silently not getting them.
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    logit_bias: dict[str, float] | None = None
+    response_format: dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    user: str | None = None
+    metadata: dict[str, str] | None = None
 
     @field_validator("n")
     @classmethod
@@ -119,6 +173,65 @@ class ChatCompletionRequest(_Lenient):
             raise ValueError("only tool_choice 'auto' (the default) and 'none' are supported")
         return choice
 
+    @field_validator("logprobs", "top_logprobs", "presence_penalty", "frequency_penalty")
+    @classmethod
+    def _not_implemented(cls, value: Any, info: ValidationInfo) -> Any:
+        if value:
+            raise ValueError(f"{info.field_name} is not supported by this server; leave it out (or 0/false)")
+        return value
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _no_bias(cls, bias: dict[str, float] | None) -> dict[str, float] | None:
+        if bias:
+            raise ValueError("logit_bias is not supported by this server; leave it out")
+        return bias
+
+    @field_validator("response_format")
+    @classmethod
+    def _text_format(cls, fmt: dict[str, Any] | None) -> dict[str, Any] | None:
+        if fmt is not None and fmt.get("type") != "text":
+            raise ValueError("only response_format {'type': 'text'} is supported")
+        return fmt
+
+    @field_validator("stream_options")
+    @classmethod
+    def _stream_options_need_stream(cls, options: StreamOptions | None, info: ValidationInfo) -> StreamOptions | None:
+        if options is not None and not info.data.get("stream"):
+            raise ValueError("stream_options is only allowed when stream is true")
+        return options
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def decode_json(raw: bytes) -> Any:
+    """The JSON value of a request body; a 400 `invalid_json` for anything that is not strict JSON.
+
+    Python's parser also takes NaN/Infinity (not JSON), and raises RecursionError on deep nesting and
+    leaves lone UTF-16 surrogates in strings (the tokenizer then fails): all three are the client's error.
+    """
+    try:
+        value = json.loads(raw, parse_constant=_reject_constant)
+        json.dumps(value, ensure_ascii=False).encode("utf-8")  # raises on a lone surrogate
+    except (ValueError, UnicodeError) as error:  # JSONDecodeError is a ValueError
+        raise APIError(400, f"the request body is not valid JSON ({error})", code="invalid_json") from None
+    except RecursionError:
+        raise APIError(400, "the request body is not valid JSON (nested too deeply)", code="invalid_json") from None
+    return value
+
+
+# pydantic names the union member it tried inside an error location ("str", "list[ContentPart]"):
+# those are not parameters the client sent.
+_FIELD = re.compile(r"^[a-z_][a-z0-9_]*$")
+_TYPE_TAGS = {"str", "int", "float", "bool", "dict", "list", "none", "bytes"}
+
+
+def _param(loc: tuple[Any, ...]) -> str | None:
+    parts = [str(p) for p in loc if isinstance(p, int) or (_FIELD.match(str(p)) and p not in _TYPE_TAGS)]
+    return ".".join(parts) or None
+
 
 def parse_request(payload: Any) -> ChatCompletionRequest:
     """Validate a decoded JSON body; the first problem becomes a 400 naming the parameter."""
@@ -127,11 +240,23 @@ def parse_request(payload: Any) -> ChatCompletionRequest:
     try:
         return ChatCompletionRequest.model_validate(payload)
     except ValidationError as error:
-        first = error.errors()[0]
-        param = ".".join(str(p) for p in first["loc"]) or None
-        message = first["msg"].removeprefix("Value error, ")
-        raise APIError(400, f"invalid parameter {param}: {message}", param=param,
+        errors = error.errors()
+        # The first problem, as deep as it goes: a union reports one error per member it tried
+        # (content: "not a string", content.0.type: "not a string"), and the deepest says the most.
+        top = _param(errors[0]["loc"]) or ""
+
+        def under_top(e: Any) -> bool:
+            param = _param(e["loc"]) or ""
+            return not top or param == top or param.startswith(top + ".")
+
+        first = max(filter(under_top, errors), key=lambda e: len(_param(e["loc"]) or ""))
+        param = _param(first["loc"])
+        messages = dict.fromkeys(e["msg"].removeprefix("Value error, ") for e in errors if _param(e["loc"]) == param)
+        where = f"invalid parameter {param}: " if param else "invalid request: "
+        raise APIError(400, where + " or ".join(messages), param=param,
                        code="invalid_value" if first["type"] != "missing" else "missing_required_parameter") from None
+    except RecursionError:
+        raise APIError(400, "the request is nested too deeply", code="invalid_value") from None
 
 
 def completion_id() -> str:

@@ -22,7 +22,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from userrl.engines.base import GenerationOutput, GenerationRequest
 from userrl.envs import GYMS, MultiTurnEnv, StepResult, Task, load_tasks, make_env
 from userrl.play import pick_task
-from userrl.rollout import RolloutLimits, run_episode
+from userrl.rollout import RolloutLimits, TokenPolicy, run_episode
 from userrl.serving.protocol import APIError
 
 STATIC = Path(__file__).parent
@@ -33,7 +33,7 @@ CHOICES = ["action", "search", "answer", "finish"]
 def static_file(name: str) -> Response:
     """One of the page's files (a fixed list: nothing else under the folder is served)."""
     if name not in _STATIC_TYPES:
-        return JSONResponse({"error": {"message": f"no file {name!r}"}}, status_code=404)
+        return JSONResponse(APIError(404, f"no file {name!r}", code="not_found").body(), status_code=404)
     return FileResponse(STATIC / name, media_type=_STATIC_TYPES[name])
 
 
@@ -70,7 +70,8 @@ class PlayEpisode:
         self._idle = asyncio.Event()
         env = _RecordingEnv(make_env(task.gym, task), self._on_step)
         self._runner = asyncio.get_running_loop().create_task(
-            run_episode(env, task, engine.chat, self._turn, limits, uid=self.id, group_id=self.id, seed=seed))
+            run_episode(env, task, TokenPolicy(engine.chat, self._turn), limits, uid=self.id, group_id=self.id,
+                        seed=seed))
         self._runner.add_done_callback(self._finished)
 
     def _finished(self, runner: asyncio.Task) -> None:
@@ -166,8 +167,12 @@ class PlayManager:
         if not isinstance(body, dict) or not isinstance(body.get("gym"), str):
             raise APIError(400, "the body must be a JSON object with a 'gym' name", param="gym")
         seed = body.get("seed", 0)
-        if not isinstance(seed, int):
-            raise APIError(400, "seed must be an integer", param="seed")
+        # numpy's generators take non-negative seeds only; bool is an int to Python, not to the client.
+        if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63:
+            raise APIError(400, "seed must be an integer from 0 to 2**63 - 1", param="seed")
+        for key in ("split", "task_id"):
+            if body.get(key) is not None and not isinstance(body[key], str):
+                raise APIError(400, f"{key} must be a string", param=key)
         tasks = self._tasks_of(body["gym"], body.get("split") or "test")
         try:
             task = pick_task(tasks, body.get("task_id") or None, None, seed)
