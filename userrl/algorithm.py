@@ -12,15 +12,17 @@ import os
 import queue as queue_lib
 import socket
 import threading
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import ray
-from ray.train import RunConfig, ScalingConfig
+from ray.train import FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 from ray.util.queue import Queue
 
+from userrl import faults
 from userrl.actors.env_runner import EnvRunner
 from userrl.actors.policy_replica import PolicyReplica
 from userrl.config import UserRLConfig, apply_overrides, parse_config
@@ -129,6 +131,13 @@ def _ray_cpus(config: UserRLConfig) -> int:
     return max(os.cpu_count() or 1, math.ceil(needed))
 
 
+def _result_key(result: dict[str, Any]) -> tuple[Any, ...]:
+    """What a result is of (phase and position): a re-run after a learner restart has the same key."""
+    if result["phase"] == "sft":
+        return "sft", result["sft/epoch"], result["sft/step"]
+    return result["phase"], result.get("iteration", 0)
+
+
 def learner_resources(config: UserRLConfig) -> dict[str, float]:
     """Ray resources of one learner (Ray Train reserves a whole GPU per worker unless told otherwise)."""
     lc = config.learners
@@ -208,11 +217,14 @@ class GRPOMultiTurn:
         trainer = TorchTrainer(
             train_loop_per_worker,
             train_loop_config={"config": config.model_dump(mode="json"), "model_path": self.model_path,
-                               "runners": self.runners, "replicas": self.replicas, "results": results_queue},
+                               "runners": self.runners, "replicas": self.replicas, "results": results_queue,
+                               # Marks this fit's checkpoints: a restarted learner group resumes only from those.
+                               "fit_id": uuid.uuid4().hex, "fault": os.environ.get(faults.ENV)},
             scaling_config=ScalingConfig(num_workers=lc.num_learners, use_gpu=lc.use_gpu,
                                          resources_per_worker=learner_resources(config)),
             run_config=RunConfig(name=config.experiment.name,
-                                 storage_path=str((config.run_dir / "ray_train").resolve())),
+                                 storage_path=str((config.run_dir / "ray_train").resolve()),
+                                 failure_config=FailureConfig(max_failures=lc.max_failures)),
         )
         failure: list[BaseException] = []
 
@@ -224,17 +236,27 @@ class GRPOMultiTurn:
 
         thread = threading.Thread(target=run, name="userrl-trainer", daemon=True)
         thread.start()
-        step = 0
+        step, starts, first = 0, 0, len(self.results)
+        delivered: set[tuple[Any, ...]] = set()  # results the progress lines and MLflow have had
         try:
             while thread.is_alive() or not results_queue.empty():
                 try:
                     result = results_queue.get(timeout=1.0)
                 except queue_lib.Empty:
                     continue
-                step += 1
-                tracker.log_result(result, result.get("iteration", 0) if result["phase"] != "sft" else step)
+                if result["phase"] == "start":  # the learner group (re)started; a second start is a restart
+                    starts += 1
+                    if starts > 1:
+                        self._restarted(result, starts - 1, tracker, first)
+                    continue
                 if result["phase"] == "rl":
                     self.results.append(result)
+                key = _result_key(result)
+                if key in delivered:  # re-run after a restart: shown and logged the first time only
+                    continue
+                delivered.add(key)
+                step += 1
+                tracker.log_result(result, result.get("iteration", 0) if result["phase"] != "sft" else step)
                 if on_result:
                     on_result(result)
             thread.join()
@@ -246,6 +268,17 @@ class GRPOMultiTurn:
         tracker.finish("FINISHED")
         self.mlflow_run_id, self.mlflow_uri = tracker.run_id, tracker.uri
         return self.results
+
+    def _restarted(self, notice: dict[str, Any], restarts: int, tracker: MLflowTracker, first: int) -> None:
+        """Ray Train restarted the learner group: say so, and drop the results of iterations it re-runs."""
+        start = notice["iteration"]
+        log.warning("learner group restarted after a failure (%d of learners.max_failures=%d): going on from %s "
+                    "at iteration %d; iterations after it are re-run, and their progress lines and MLflow "
+                    "metrics are not repeated", restarts, self.config.learners.max_failures,
+                    notice["checkpoint"] or "the start", start)
+        self.results[first:] = [r for r in self.results[first:] if r["iteration"] <= start]
+        tracker.log_result({"learner/restarts": restarts}, start)
+        tracker.client.set_tag(tracker.run_id, "learner_restarts", str(restarts))
 
     def evaluate(self, num_tasks: int | None = None, split: str | None = None,
                  temperature: float | None = None) -> dict[str, float]:

@@ -11,6 +11,7 @@ import json
 import os
 import random
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,10 @@ class Learner:
         self.temperature = config.policy.temperature if config.policy.temperature > 0 else 1.0
         self.grpo = GRPOConfig(trajectory_score=tc.trajectory_score, turn_credit=tc.turn_credit, gamma=tc.gamma,
                                norm_adv_by_std=tc.norm_adv_by_std, eps=tc.eps, mean_score_round=tc.mean_score_round)
+        # Set by the train loop: fields every checkpoint of this fit carries (the fit id a restarted group
+        # looks for), and the fault-injection hook of the reliability tests (userrl/faults.py).
+        self.checkpoint_meta: dict[str, Any] = {}
+        self.fault: Callable[..., None] | None = None
 
     def make_optimizer(self, lr: float) -> torch.optim.Optimizer:
         """A fresh AdamW over this rank's shards."""
@@ -196,6 +201,8 @@ class Learner:
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.training.grad_clip)
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()
+        if self.fault and advantages is not None:
+            self.fault("update")
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         totals = self._all_reduce(sums)
@@ -316,7 +323,9 @@ class Learner:
             torch.save(optim_state, staging / "optimizer.pt")
             torch.save({"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
                         "python": random.getstate()}, staging / "rng.pt")
-            (staging / "meta.json").write_text(json.dumps(meta, indent=2))
+            (staging / "meta.json").write_text(json.dumps({**meta, **self.checkpoint_meta}, indent=2))
+            if self.fault:
+                self.fault("checkpoint", meta["iteration"])
             if path.exists():
                 shutil.rmtree(path)
             os.replace(staging, path)

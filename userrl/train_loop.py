@@ -13,6 +13,7 @@ import ctypes
 import gc
 import json
 import logging
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -27,6 +28,7 @@ from transformers import AutoTokenizer
 from userrl.chat import ChatFormat
 from userrl.config import UserRLConfig
 from userrl.coordinator import PendingRollout, RolloutCoordinator
+from userrl.faults import FaultInjector
 from userrl.learner import Learner
 from userrl.sft import file_demonstrations, solver_demonstrations
 from userrl.trajectory import Trajectory
@@ -62,6 +64,29 @@ def _share_all(value: Any) -> list[Any]:
 def checkpoint_path(config: UserRLConfig, iteration: int) -> Path:
     """Folder of the checkpoint written after `iteration` iterations."""
     return (config.run_dir / "checkpoints" / f"iter_{iteration:06d}").resolve()
+
+
+def restart_checkpoint(config: UserRLConfig, fit_id: str) -> Path | None:
+    """The newest complete checkpoint this fit wrote (None on its first start); collective.
+
+    Rank 0 looks and tells the others. A `<name>.tmp` folder is one a killed rank 0 was writing: it is
+    removed (nothing else writes here while the group starts) and never resumed from. Checkpoints of
+    other fits in the same run folder (an earlier run, or the one `resume_from` names) carry another
+    fit id and are left to `checkpointing.resume_from`.
+    """
+    found = None
+    if dist.get_rank() == 0 and fit_id:
+        folder = config.run_dir / "checkpoints"
+        for stale in folder.glob("iter_*.tmp"):
+            shutil.rmtree(stale, ignore_errors=True)
+        newest = -1
+        for path in folder.glob("iter_*"):
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                meta = json.loads((path / "meta.json").read_text())  # written last: its presence = complete
+                if meta.get("fit_id") == fit_id and meta["iteration"] > newest:
+                    found, newest = str(path.resolve()), meta["iteration"]
+    found = _share(found)
+    return Path(found) if found else None
 
 
 class _Reporter:
@@ -119,20 +144,31 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     """Entry point of every learner rank."""
     _quiet_train_reports()
     config = UserRLConfig.model_validate(loop_config["config"])
-    model_path = loop_config["model_path"]
+    fit_id = loop_config.get("fit_id", "")
+    # A learner group that Ray Train restarted after a failure goes on from this fit's newest complete
+    # checkpoint (one rank's data would otherwise be lost); the replicas get its weights before any rollout.
+    restart = restart_checkpoint(config, fit_id)
+    resume = str(restart) if restart else config.checkpointing.resume_from
+    model_path = str(restart / "model") if restart else loop_config["model_path"]
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     learner = Learner(model_path, config, tokenizer.pad_token_id)
+    learner.checkpoint_meta = {"fit_id": fit_id}
     rank0 = learner.rank == 0
     report = _Reporter(loop_config.get("results"), learner.rank)
     coordinator = RolloutCoordinator(config, loop_config["runners"], loop_config["replicas"]) if rank0 else None
     chat = ChatFormat(tokenizer, config.env.protocol)
 
     start, version, sync_needed = 0, 0, False
-    resume = config.checkpointing.resume_from
     if resume:
-        learner.load_optimizer(Path(resume))
         meta = json.loads((Path(resume) / "meta.json").read_text())
         start, version, sync_needed = meta["iteration"], meta["policy_version"], True
+    learner.fault = FaultInjector(loop_config.get("fault"), learner.rank, learner.world_size,
+                                  config.run_dir / "faults", fit_id, start)
+    report = learner.fault.observing(report)
+    if rank0 and loop_config.get("results") is not None:  # the driver counts starts: a second one is a restart
+        loop_config["results"].put({"phase": "start", "iteration": start, "checkpoint": resume})
+    if resume:
+        learner.load_optimizer(Path(resume))
     elif config.sft.enabled:
         _sft_phase(config, learner, coordinator, chat, report)
         version, sync_needed = 1, True
