@@ -7,10 +7,8 @@ RLlib's learners are DDP-only and its env runners assume numeric spaces (see doc
 from __future__ import annotations
 
 import logging
-import math
 import os
 import queue as queue_lib
-import socket
 import threading
 import uuid
 from collections.abc import Callable
@@ -23,17 +21,14 @@ from ray.train.torch import TorchTrainer
 from ray.util.queue import Queue
 
 from userrl import faults
-from userrl.actors.env_runner import EnvRunner
-from userrl.actors.policy_replica import PolicyReplica
+from userrl.cluster import init_ray
 from userrl.config import UserRLConfig, apply_overrides, parse_config
+from userrl.env_runner_group import EnvRunnerGroup
 from userrl.models import resolve_model
-from userrl.rollout import RolloutLimits
 from userrl.tracking import MLflowTracker
 from userrl.train_loop import train_loop_per_worker
 
 log = logging.getLogger(__name__)
-# Ray Train logs every report at INFO; our own progress lines say the same more briefly.
-_QUIET = ray.LoggingConfig(encoding="TEXT", log_level="WARNING")
 
 
 class GRPOMultiTurnConfig:
@@ -102,35 +97,6 @@ class GRPOMultiTurnConfig:
         return GRPOMultiTurn(self.to_config())
 
 
-def check_ray_address(address: str, timeout_s: float = 5.0) -> None:
-    """Fail fast (ConnectionError) when a Ray cluster address cannot be reached.
-
-    `ray.init(address=...)` keeps retrying an unreachable GCS for minutes; one TCP connect says the same
-    in seconds. "auto" and "local" are left to Ray, which fails at once when there is nothing to find.
-    """
-    if address in ("auto", "local"):
-        return
-    hint = ("start a cluster with `ray start --head` (or fix ray.address / $RAY_ADDRESS); "
-            "unset both to train on a local Ray")
-    if address.startswith(("http://", "https://")):
-        raise ValueError(f"Ray address {address!r} is a dashboard/Jobs URL; ray.address needs the cluster's "
-                         f"GCS address (host:6379) -- submit jobs to the URL with `ray job submit` instead")
-    host, _, port = address.removeprefix("ray://").rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"Ray address {address!r} is not of the form host:port (or ray://host:port); {hint}")
-    try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
-    except OSError as error:
-        raise ConnectionError(f"cannot reach the Ray cluster at {address} ({error}); {hint}") from None
-
-
-def _ray_cpus(config: UserRLConfig) -> int:
-    needed = (config.learners.num_learners * config.learners.num_cpus_per_learner
-              + config.policy.num_replicas * config.policy.num_cpus_per_replica
-              + config.env_runners.num_env_runners * config.env_runners.num_cpus_per_env_runner + 1)
-    return max(os.cpu_count() or 1, math.ceil(needed))
-
-
 def _result_key(result: dict[str, Any]) -> tuple[Any, ...]:
     """What a result is of (phase and position): a re-run after a learner restart has the same key."""
     if result["phase"] == "sft":
@@ -150,61 +116,13 @@ class GRPOMultiTurn:
     def __init__(self, config: UserRLConfig):
         self.config = config = config.with_absolute_paths()
         self.results: list[dict[str, Any]] = []
-        self._owns_ray = False
-        self._setup_ray()
+        self._owns_ray = init_ray(config)
         resume = config.checkpointing.resume_from
         if resume and not (Path(resume) / "meta.json").is_file():
             raise FileNotFoundError(f"checkpointing.resume_from={resume} is not a userrl checkpoint folder "
                                     "(no meta.json); pass a folder written by a training run")
         self.model_path = str(Path(resume).resolve() / "model") if resume else resolve_model(config.policy.model)
-        self.replicas, self.runners = self._start_actors()
-
-    def _setup_ray(self) -> None:
-        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no weight-loading bars from every actor
-        if ray.is_initialized():
-            return
-        runtime_env = {"env_vars": {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "TOKENIZERS_PARALLELISM": "false"}}
-        address = self.config.ray.address or os.environ.get("RAY_ADDRESS")
-        if address:
-            check_ray_address(address)
-            ray.init(address=address, logging_config=_QUIET, runtime_env=runtime_env)
-        else:
-            ray.init(num_cpus=self.config.ray.num_cpus or _ray_cpus(self.config), logging_config=_QUIET,
-                     runtime_env=runtime_env)
-            self._owns_ray = True
-
-    def _start_actors(self) -> tuple[list[Any], list[Any]]:
-        from transformers import AutoTokenizer
-
-        pc, ec = self.config.policy, self.config.env
-        replica_cls = ray.remote(PolicyReplica)
-
-        def start_replicas(path: str, engine: str, count: int, gpus: float = 0) -> list[Any]:
-            pad = AutoTokenizer.from_pretrained(path).pad_token_id
-            return [replica_cls.options(num_cpus=pc.num_cpus_per_replica, num_gpus=gpus, max_concurrency=4096).remote(
-                path, engine, pc.dtype, pc.max_batch_size, pc.num_threads, pad, max_model_len=pc.max_model_len,
-                engine_options=pc.vllm) for _ in range(count)]
-
-        replicas = start_replicas(self.model_path, pc.engine, pc.num_replicas, pc.num_gpus_per_replica)
-        limits = RolloutLimits(max_turns=ec.max_turns, max_new_tokens=pc.max_new_tokens,
-                               max_model_len=pc.max_model_len, max_response_len=pc.max_response_len,
-                               temperature=pc.temperature, top_p=pc.top_p,
-                               show_reward_in_feedback=ec.show_reward_in_feedback)
-        env_kwargs = {spec.name: {"max_steps": ec.max_steps, "step_timeout_s": ec.step_timeout_s,
-                                  "backend": ec.backend, **spec.kwargs} for spec in ec.gyms}
-        user_replicas, user_path = [], None
-        if ec.backend == "local":
-            user_path = resolve_model(ec.local_user_model)
-            user_replicas = start_replicas(user_path, "hf", ec.local_user_replicas)
-        runner_cls = ray.remote(EnvRunner)
-        runners = [runner_cls.options(num_cpus=self.config.env_runners.num_cpus_per_env_runner,
-                                      max_concurrency=64).remote(
-            self.model_path, ec.protocol, limits, replicas, env_kwargs, user_backend=ec.backend, llm=ec.llm,
-            user_replicas=user_replicas, user_tokenizer_path=user_path)
-            for _ in range(self.config.env_runners.num_env_runners)]
-        self.user_replicas = user_replicas
-        ray.get([r.get_version.remote() for r in replicas])  # fail fast if a replica cannot start
-        return replicas, runners
+        self.env_runner_group = EnvRunnerGroup(config, self.model_path)
 
     def fit(self, on_result: Callable[[dict[str, Any]], None] | None = None,
             tracker: MLflowTracker | None = None) -> list[dict[str, Any]]:
@@ -217,7 +135,7 @@ class GRPOMultiTurn:
         trainer = TorchTrainer(
             train_loop_per_worker,
             train_loop_config={"config": config.model_dump(mode="json"), "model_path": self.model_path,
-                               "runners": self.runners, "replicas": self.replicas, "results": results_queue,
+                               "env_runner_group": self.env_runner_group, "results": results_queue,
                                # Marks this fit's checkpoints: a restarted learner group resumes only from those.
                                "fit_id": uuid.uuid4().hex, "fault": os.environ.get(faults.ENV)},
             scaling_config=ScalingConfig(num_workers=lc.num_learners, use_gpu=lc.use_gpu,
@@ -286,18 +204,13 @@ class GRPOMultiTurn:
         from userrl.coordinator import RolloutCoordinator
 
         ev = self.config.evaluation
-        coordinator = RolloutCoordinator(self.config, self.runners, self.replicas)
+        coordinator = RolloutCoordinator(self.config, self.env_runner_group)
         _, metrics = coordinator.evaluate(num_tasks or ev.num_tasks, split or ev.split,
                                           ev.temperature if temperature is None else temperature)
         return metrics
 
     def stop(self) -> None:
         """Release actors (and the local Ray this Algorithm started)."""
-        try:  # engines with processes of their own (vllm) stop them before their actor goes
-            ray.get([r.shutdown.remote() for r in [*self.replicas, *self.user_replicas]], timeout=60)
-        except Exception:  # noqa: BLE001 - a dead replica has nothing left to stop
-            log.warning("a policy replica did not shut down cleanly", exc_info=True)
-        for actor in [*self.runners, *self.replicas, *self.user_replicas]:
-            ray.kill(actor)
+        self.env_runner_group.stop()
         if self._owns_ray:
             ray.shutdown()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
 from typing import Any
@@ -21,10 +22,12 @@ def _progress(result: dict[str, Any]) -> None:
                       f"loss {result['sft/loss']:.4f}  {result['time/sft_step_s']:.1f}s")
         return
     if result["phase"] == "eval":
-        console.print(f"[magenta]eval[/] at iteration {result['iteration']}: reward {result['eval/reward_mean']:.3f}  "
-                      f"success {result['eval/success_rate']:.2f}  valid {result['eval/valid_action_rate']:.2f}")
+        console.print(f"[magenta]eval[/] at iteration {result['iteration']}: reward "
+                      f"{result.get('eval/reward_mean', math.nan):.3f}  success {result.get('eval/success_rate', math.nan):.2f}"
+                      f"  valid {result.get('eval/valid_action_rate', math.nan):.2f}")
         return
-    r = result
+    r = {"rollout/reward_mean": math.nan, "rollout/reward_std": math.nan, "rollout/success_rate": math.nan,
+         "rollout/valid_action_rate": math.nan, "rollout/turns_mean": math.nan, **result}  # all aborted: no means
     console.print(
         f"[bold]iter {r['iteration']:>3}[/]  reward {r['rollout/reward_mean']:.3f}±{r['rollout/reward_std']:.3f}  "
         f"success {r['rollout/success_rate']:.2f}  valid {r['rollout/valid_action_rate']:.2f}  "
@@ -33,6 +36,10 @@ def _progress(result: dict[str, Any]) -> None:
         f"adv {r['time/advantages_s']:.2f}s  update {r['time/update_s']:.1f}s  sync {r['time/weight_sync_s']:.1f}s  "
         f"learner mem {r['memory/learner_rss_gb']:.1f} GB"
         + (f"  | eval reward {r['eval/reward_mean']:.3f}" if "eval/reward_mean" in r else "")
+        + (f"  | aborted {r['rollout/aborted']:.0f}" if r.get("rollout/aborted") else "")
+        + (f"  restarts {r['rollout/env_runner_restarts'] + r['rollout/replica_restarts']:.0f}, re-run "
+           f"{r['rollout/rerun_episodes']:.0f}" if r.get("rollout/env_runner_restarts") or r.get("rollout/replica_restarts")
+           else "")
     )
 
 

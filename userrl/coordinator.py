@@ -52,29 +52,43 @@ def episode_specs(tasks: list[Task], group_size: int, prefix: str) -> list[Episo
 
 
 def rollout_metrics(trajectories: list[Trajectory], seconds: float, prefix: str = "rollout") -> dict[str, float]:
-    """Reward, success, turns, valid actions, stop reasons, tokens/s; per gym too."""
+    """Reward, success, turns, valid actions, stop reasons, tokens/s; per gym too.
+
+    Aborted episodes are counted (in all, per gym, with their failed role calls) and left out of every
+    mean: a failure is never scored as a 0.
+    """
     if not trajectories:
         return {}
-    returns = np.array([t.episode_return for t in trajectories])
-    turns = [len(t.turns) for t in trajectories]
-    executed = sum(turn.executed for t in trajectories for turn in t.turns)
+    played = [t for t in trajectories if not t.aborted]
     sampled = sum(t.num_sampled for t in trajectories)
     metrics = {
-        f"{prefix}/reward_mean": float(returns.mean()),
-        f"{prefix}/reward_std": float(returns.std()),
-        f"{prefix}/success_rate": float(np.mean([t.succeeded for t in trajectories])),
-        f"{prefix}/turns_mean": float(np.mean(turns)),
-        f"{prefix}/valid_action_rate": executed / max(sum(turns), 1),
         f"{prefix}/sampled_tokens": float(sampled),
         f"{prefix}/tokens_per_s": sampled / max(seconds, 1e-9),
         f"{prefix}/episodes": float(len(trajectories)),
-        f"{prefix}/aborted": float(sum(t.aborted for t in trajectories)),
+        f"{prefix}/aborted": float(len(trajectories) - len(played)),
     }
+    if played:
+        returns = np.array([t.episode_return for t in played])
+        turns = [len(t.turns) for t in played]
+        executed = sum(turn.executed for t in played for turn in t.turns)
+        metrics.update({
+            f"{prefix}/reward_mean": float(returns.mean()),
+            f"{prefix}/reward_std": float(returns.std()),
+            f"{prefix}/success_rate": float(np.mean([t.succeeded for t in played])),
+            f"{prefix}/turns_mean": float(np.mean(turns)),
+            f"{prefix}/valid_action_rate": executed / max(sum(turns), 1),
+        })
     for reason, count in Counter(t.stop_reason for t in trajectories).items():
         metrics[f"{prefix}/stop_{reason}"] = count / len(trajectories)
     for gym in sorted({t.env_name for t in trajectories}):
-        gym_returns = [t.episode_return for t in trajectories if t.env_name == gym]
-        metrics[f"{prefix}/reward_mean/{gym}"] = float(np.mean(gym_returns))
+        of_gym = [t for t in trajectories if t.env_name == gym]
+        gym_played = [t.episode_return for t in of_gym if not t.aborted]
+        if gym_played:
+            metrics[f"{prefix}/reward_mean/{gym}"] = float(np.mean(gym_played))
+        metrics[f"{prefix}/aborted/{gym}"] = float(len(of_gym) - len(gym_played))
+        turns = [turn for t in of_gym for turn in t.turns]
+        metrics[f"{prefix}/role_calls/{gym}"] = float(sum(turn.role_calls for turn in turns))
+        metrics[f"{prefix}/failed_role_calls/{gym}"] = float(sum(turn.failed_role_calls for turn in turns))
     return metrics
 
 

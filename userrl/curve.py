@@ -39,9 +39,9 @@ def learning_curve(results: Iterable[dict[str, Any]]) -> list[CurvePoint]:
         if "rollout/success_rate" in result:
             point["rollout_success"] = float(result["rollout/success_rate"])
         if "eval/success_rate" in result:
-            # Aborted episodes are excluded from the rate's denominator: they are failures of the system.
+            # The rate is over played episodes: aborted ones are failures of the system, not of the agent.
             episodes = int(result["eval/episodes"] - result.get("eval/aborted", 0.0))
-            rate = float(result["eval/success_rate"]) * result["eval/episodes"] / max(episodes, 1)
+            rate = float(result["eval/success_rate"])
             low, high = wilson_interval(round(rate * episodes), episodes) if episodes else (None, None)
             point.update(heldout_success=rate, heldout_episodes=episodes, heldout_low=low, heldout_high=high)
     return [CurvePoint(**points[i]) for i in sorted(points)]

@@ -39,7 +39,7 @@ def rollout_limits(config: UserRLConfig, temperature: float | None = None) -> Ro
     return RolloutLimits(max_turns=ec.max_turns, max_new_tokens=pc.max_new_tokens, max_model_len=pc.max_model_len,
                          max_response_len=pc.max_response_len,
                          temperature=pc.temperature if temperature is None else temperature, top_p=pc.top_p,
-                         show_reward_in_feedback=ec.show_reward_in_feedback)
+                         show_reward_in_feedback=ec.show_reward_in_feedback, role_failure=ec.role_failure)
 
 
 def env_kwargs(config: UserRLConfig) -> dict[str, dict[str, Any]]:

@@ -30,6 +30,9 @@ class RolloutLimits:
     temperature: float = 1.0
     top_p: float = 1.0
     show_reward_in_feedback: bool = False
+    #: "abort": a step whose role call failed (after its retries) aborts the episode, counted and excluded;
+    #: "fallback": the gym's fallback reply stands in and the episode goes on (GYMS.md 0.6).
+    role_failure: str = "abort"
 
 
 def request_seed(base_seed: int, uid: str, turn: int) -> int:
@@ -103,7 +106,7 @@ async def run_episode(
             if reply.finish_reason == "length":
                 traj.stop_reason = "length"
                 break
-            outcome = await apply_turn(env, reply.parsed, record, limits.show_reward_in_feedback)
+            outcome = await apply_turn(env, reply.parsed, record, limits)
             if outcome is None:
                 traj.stop_reason = "no_tool_call"
                 break
@@ -216,7 +219,7 @@ def reset_env(env: MultiTurnEnv, task: Task, traj: Trajectory) -> bool:
 
 
 async def apply_turn(env: MultiTurnEnv, parsed: ParsedTurn, record: TurnRecord,
-                     show_reward_in_feedback: bool = False) -> TurnOutcome | None:
+                     limits: RolloutLimits) -> TurnOutcome | None:
     """Execute the first call of a parsed assistant turn and fill its record; None when it has no call."""
     record.n_tool_calls = parsed.n_tool_calls
     action = parsed.action
@@ -228,8 +231,15 @@ async def apply_turn(env: MultiTurnEnv, parsed: ParsedTurn, record: TurnRecord,
     record.reward = float(result.reward)
     record.terminated, record.truncated = bool(result.terminated), bool(result.truncated)
     feedback = str(result.observation.get("feedback", ""))
-    if show_reward_in_feedback:
+    if limits.show_reward_in_feedback:
         feedback = f"{feedback}\nReward: {result.reward}"
     record.feedback = feedback
-    error = result.info.get("error") if isinstance(result.info, dict) else None
+    info = result.info if isinstance(result.info, dict) else {}
+    calls = info.get("lm_calls") or []
+    failed = [call for call in calls if not call.get("ok", True)]
+    record.role_calls, record.failed_role_calls = len(calls), len(failed)
+    error = info.get("error")
+    if not error and failed and limits.role_failure == "abort":
+        # The gym's fallback stood in for the user or judge: the step's reward is not the role's verdict.
+        error = f"role_call_failed:{failed[0].get('role', '?')}"
     return TurnOutcome(feedback, str(error) if error else None, record.terminated or record.truncated)

@@ -66,6 +66,23 @@ def checkpoint_path(config: UserRLConfig, iteration: int) -> Path:
     return (config.run_dir / "checkpoints" / f"iter_{iteration:06d}").resolve()
 
 
+def prune_checkpoints(written: Path, keep: int | None) -> list[Path]:
+    """Delete the checkpoints older than `written` beyond the newest `keep` (counting it); returns them.
+
+    iter_000000 (the SFT warm start) stays: runs and benchmarks start from it. Higher-numbered folders are
+    left alone: they belong to an earlier run in the same folder, and this run overwrites them as it goes.
+    """
+    if keep is None:
+        return []
+    number = int(written.name.removeprefix("iter_"))
+    older = sorted((p for p in written.parent.glob("iter_*") if p.is_dir() and p.name[5:].isdigit()
+                    and 0 < int(p.name[5:]) < number), key=lambda p: int(p.name[5:]))
+    doomed = older[: max(0, len(older) - (keep - 1))]
+    for path in doomed:
+        shutil.rmtree(path, ignore_errors=True)
+    return doomed
+
+
 def restart_checkpoint(config: UserRLConfig, fit_id: str) -> Path | None:
     """The newest complete checkpoint this fit wrote (None on its first start); collective.
 
@@ -155,7 +172,7 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     learner.checkpoint_meta = {"fit_id": fit_id}
     rank0 = learner.rank == 0
     report = _Reporter(loop_config.get("results"), learner.rank)
-    coordinator = RolloutCoordinator(config, loop_config["runners"], loop_config["replicas"]) if rank0 else None
+    coordinator = RolloutCoordinator(config, loop_config["env_runner_group"]) if rank0 else None
     chat = ChatFormat(tokenizer, config.env.protocol)
 
     start, version, sync_needed = 0, 0, False
@@ -179,7 +196,7 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     if sync_needed:
         state = learner.full_state_dict()
         if rank0:
-            coordinator.sync_weights(state, version)
+            coordinator.group.sync_weights(state, version)
 
     ev = config.evaluation
     if ev.interval and start == 0:  # the starting point (after any warm start), for the learning curve
@@ -226,7 +243,7 @@ def _update_and_report(config: UserRLConfig, learner: Learner, coordinator: Roll
     result["rollout/aborted"] = float(len(aborted))
 
     if sleeping and rank0:
-        result["time/replica_sleep_s"] = coordinator.sleep_replicas()
+        result["time/replica_sleep_s"] = coordinator.group.sleep_replicas()
     if trajectories:  # every rank sees the same batch, so every rank takes the same branch
         tick = time.perf_counter()
         advantages, group_stats = learner.compute_advantages(trajectories)
@@ -241,12 +258,12 @@ def _update_and_report(config: UserRLConfig, learner: Learner, coordinator: Roll
     result["learner/tokens_per_s"] = result["learner/processed_tokens"] / max(result["time/update_s"], 1e-9)
 
     if sleeping and rank0:
-        result["time/replica_sleep_s"] += coordinator.wake_replicas()
+        result["time/replica_sleep_s"] += coordinator.group.wake_replicas()
     tick = time.perf_counter()
     state = learner.full_state_dict()
     version += 1
     if rank0:
-        coordinator.sync_weights(state, version)
+        coordinator.group.sync_weights(state, version)
     result["time/weight_sync_s"] = time.perf_counter() - tick
     del state
 
@@ -257,6 +274,8 @@ def _update_and_report(config: UserRLConfig, learner: Learner, coordinator: Roll
         learner.save_checkpoint(path, {"iteration": done, "policy_version": version,
                                        "config": config.model_dump(mode="json")}, tokenizer)
         result["checkpoint"] = str(path)
+        if rank0:  # save_checkpoint ends with a barrier: `path` is complete before anything goes
+            prune_checkpoints(path, config.checkpointing.keep)
 
     if ev.interval and done % ev.interval == 0 and rank0:
         result.update(coordinator.evaluate(ev.num_tasks, ev.split, ev.temperature)[1])

@@ -27,6 +27,9 @@ class TurnRecord:
     truncated: bool = False
     feedback: str = ""
     n_sampled: int = 0
+    #: Calls of the env step to model-backed roles (simulated user, oracle, judge), and those that failed.
+    role_calls: int = 0
+    failed_role_calls: int = 0
 
 
 @dataclass

@@ -28,8 +28,8 @@ def test_curve_from_results_excludes_aborted_and_keeps_iteration_zero(tmp_path):
         {"phase": "sft", "sft/step": 1},
         {"phase": "eval", "iteration": 0, "eval/success_rate": 0.25, "eval/episodes": 64.0, "eval/aborted": 0.0},
         {"phase": "rl", "iteration": 1, "rollout/success_rate": 0.375},
-        # 2 of 64 episodes aborted: 31 successes over 62 counted episodes.
-        {"phase": "rl", "iteration": 2, "rollout/success_rate": 0.5, "eval/success_rate": 31 / 64,
+        # 2 of 64 episodes aborted: 31 successes over the 62 played (rates are over played episodes).
+        {"phase": "rl", "iteration": 2, "rollout/success_rate": 0.5, "eval/success_rate": 31 / 62,
          "eval/episodes": 64.0, "eval/aborted": 2.0},
     ]
     points = learning_curve(results)

@@ -55,3 +55,29 @@ def test_local_backend_falls_back_on_unusable_replies(tiny_model, tokenizer):
     _, reward, terminated, _, info = env.step("[action] Did the man die?")
     assert not terminated and reward == 0.0
     assert info["lm_calls"][0]["ok"] is False and info["lm_calls"][0]["attempts"] == 2
+
+
+def test_a_failed_role_call_aborts_the_episode_or_falls_back_as_configured(tiny_model, tokenizer):
+    """Scenario 3's rule: the oracle's endpoint answers 500 on every attempt. With role_failure=abort (the
+    default) the step's fallback is not taken as the oracle's verdict: the episode is aborted with the
+    role named and the failed call counted; with fallback the gym's fallback reply stands in."""
+    server = ScriptedServer()
+    server.default = Reply(status=500)
+    server.start()
+    results = {}
+    try:
+        for mode in ("abort", "fallback"):
+            policy = LinesPolicy(tokenizer, ["[action] Did the man die?", "[finish]"])
+            runner = EnvRunner(tiny_model, "bracket", RolloutLimits(max_turns=4, role_failure=mode), [policy],
+                               user_backend="openai",
+                               llm={"base_url": server.base_url, "api_key": "local", "model": "sim", "attempts": 2})
+            task = load_tasks("turtle", split="test")[0]
+            (results[mode],) = asyncio.run(runner.run([EpisodeSpec(task, "u0", "g0")]))
+    finally:
+        server.stop()
+    aborted, fallback = results["abort"], results["fallback"]
+    assert aborted.aborted and aborted.error.startswith("role_call_failed:")
+    assert aborted.turns[0].role_calls == 1 and aborted.turns[0].failed_role_calls == 1
+    assert not fallback.aborted and fallback.turns[0].failed_role_calls == 1
+    assert fallback.turns[0].feedback  # the gym's fallback reply
+    assert len(server.requests) == 4  # two attempts per episode, nothing more

@@ -3,16 +3,30 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
+import contextlib
+import logging
+import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
+import ray
+
+from userrl.actors.policy_replica import ReplicaHandle
 from userrl.chat import ChatFormat
 from userrl.engines.base import GenerationOutput, GenerationRequest
-from userrl.envs import Task, make_env
-from userrl.envs.registry import get_gym
-from userrl.rollout import RolloutLimits, run_episode
+from userrl.envs import MultiTurnEnv, Task, make_env
+from userrl.rollout import (
+    EpisodePolicy,
+    RolloutLimits,
+    TokenPolicy,
+    abort_trajectory,
+    new_trajectory,
+    run_episode,
+)
 from userrl.trajectory import Trajectory
+
+log = logging.getLogger(__name__)
 
 
 def accepts_llm(gym: str) -> bool:
@@ -49,29 +63,87 @@ class EpisodeSpec:
     group_id: str
 
 
-class EnvRunner:
-    """Plays episodes; each advances on its own (no barrier per turn), so replicas always have work.
+#: Error of an episode whose policy replica stayed unreachable past REPLICA_WAIT_S (the group re-runs it).
+REPLICA_LOST = "replica_lost"
+#: How long a request waits for a dead replica to come back (Ray restarts it; the group gives it the weights).
+REPLICA_WAIT_S = 120.0
 
-    Requests go to the replica with the fewest requests outstanding from this runner.
+
+class ReplicaLost(RuntimeError):
+    """A policy replica died and did not come back in time."""
+
+
+class EpisodePlayer:
+    """Plays EpisodeSpecs concurrently through one EpisodePolicy and `run_episode`, in this process.
+
+    Builds each episode's gym with its configured kwargs and the user backend's role client; a gym that
+    cannot be built aborts only its own episode (counted, with the error).
+    """
+
+    def __init__(self, policy: EpisodePolicy, limits: RolloutLimits, env_kwargs: dict[str, dict[str, Any]] | None,
+                 max_concurrent_episodes: int, user_backend: str = "scripted", user_client: Any = None):
+        self.policy, self.limits = policy, limits
+        self.env_kwargs = env_kwargs or {}
+        self.max_concurrent = max_concurrent_episodes
+        self.user_backend, self.user_client = user_backend, user_client
+        self._gate: asyncio.Semaphore | None = None
+
+    def _make_env(self, spec: EpisodeSpec) -> MultiTurnEnv:
+        kwargs = dict(self.env_kwargs.get(spec.task.gym, {}))
+        if self.user_client is not None and accepts_llm(spec.task.gym):
+            kwargs.update(llm=self.user_client, backend=self.user_backend)
+        return make_env(spec.task.gym, spec.task, **kwargs)
+
+    async def play_one(self, spec: EpisodeSpec, seed: int, limits: RolloutLimits) -> Trajectory:
+        """One episode; an env that cannot be built gives an aborted trajectory naming the error."""
+        try:
+            env = self._make_env(spec)
+        except Exception as error:  # noqa: BLE001 - a gym that cannot be built costs its own episodes
+            log.warning("cannot build gym %s for episode %s: %s", spec.task.gym, spec.uid, error)
+            return abort_trajectory(new_trajectory(spec.task, spec.uid, spec.group_id),
+                                    f"env_construction:{type(error).__name__}: {error}")
+        return await run_episode(env, spec.task, self.policy, limits, uid=spec.uid, group_id=spec.group_id,
+                                 seed=seed)
+
+    async def run(self, episodes: list[EpisodeSpec], seed: int = 0, temperature: float | None = None) -> list[Trajectory]:
+        """Play all episodes concurrently (at most `max_concurrent_episodes` at once); trajectories in order."""
+        limits = self.limits if temperature is None else RolloutLimits(**{**vars(self.limits), "temperature": temperature})
+        if self._gate is None:
+            self._gate = asyncio.Semaphore(self.max_concurrent)
+        gate = self._gate
+
+        async def play(spec: EpisodeSpec) -> Trajectory:
+            async with gate:
+                return await self.play_one(spec, seed, limits)
+
+        return list(await asyncio.gather(*(play(spec) for spec in episodes)))
+
+
+class EnvRunner(EpisodePlayer):
+    """Plays episodes against policy replicas; each advances on its own (no barrier per turn), so the
+    replicas always have work.
+
+    Requests go to the replica with the fewest requests outstanding from this runner. A request whose
+    replica died is sent again once Ray has restarted it (the episode goes on).
     """
 
     def __init__(self, tokenizer_path: str, protocol: str, limits: RolloutLimits, replicas: list[Any],
                  env_kwargs: dict[str, dict[str, Any]] | None = None, max_concurrent_episodes: int = 256,
                  user_backend: str = "scripted", llm: dict[str, Any] | None = None,
-                 user_replicas: list[Any] | None = None, user_tokenizer_path: str | None = None):
+                 user_replicas: list[Any] | None = None, user_tokenizer_path: str | None = None,
+                 replica_wait_s: float = REPLICA_WAIT_S):
         from transformers import AutoTokenizer
 
         self.chat = ChatFormat(AutoTokenizer.from_pretrained(tokenizer_path), protocol)
-        self.user_backend = user_backend
-        self.user_client = make_user_client(user_backend, llm, user_replicas, user_tokenizer_path)
-        self.limits = limits
-        self.replicas = list(replicas)
+        super().__init__(TokenPolicy(self.chat, self._generate), limits, env_kwargs, max_concurrent_episodes,
+                         user_backend, make_user_client(user_backend, llm, user_replicas, user_tokenizer_path))
+        self.replicas = [ReplicaHandle(r) for r in replicas]
         self.outstanding = [0] * len(self.replicas)
         self.affinity: dict[str, int] = {}
-        self.env_kwargs = env_kwargs or {}
-        self.max_concurrent = max_concurrent_episodes
+        self.replica_wait_s = replica_wait_s
+        self.stats = {"replica_retries": 0}
 
-    async def _generate(self, request: GenerationRequest) -> GenerationOutput:
+    def _pick(self, request: GenerationRequest) -> int:
         index = min(range(len(self.replicas)), key=self.outstanding.__getitem__)
         previous = self.affinity.get(request.cache_key)
         # Stay on the replica that holds this episode's KV prefix unless it is clearly busier.
@@ -79,45 +151,43 @@ class EnvRunner:
             index = previous
         if request.cache_key is not None:
             self.affinity[request.cache_key] = index
-        self.outstanding[index] += 1
-        try:
-            replica = self.replicas[index]
-            call = replica.generate.remote if hasattr(replica.generate, "remote") else replica.generate
-            return await call(request)
-        finally:
-            self.outstanding[index] -= 1
+        return index
+
+    async def _generate(self, request: GenerationRequest) -> GenerationOutput:
+        deadline = time.monotonic() + self.replica_wait_s
+        while True:
+            index = self._pick(request)
+            self.outstanding[index] += 1
+            try:
+                return await self.replicas[index].generate(request)
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as error:
+                # The replica died or is restarting: its cached prefix is gone, the request carries the
+                # whole prompt, and its seed makes the retry sample what the first try would have.
+                self.affinity.pop(request.cache_key, None)
+                if time.monotonic() > deadline:
+                    raise ReplicaLost(f"policy replica {index} unreachable for {self.replica_wait_s:.0f} s") from error
+                self.stats["replica_retries"] += 1
+                await asyncio.sleep(0.5)
+            finally:
+                self.outstanding[index] -= 1
 
     def _end_session(self, key: str) -> None:
         """Tell the replica that served the episode that it is over (it may hold its KV for a next turn)."""
         index = self.affinity.pop(key, None)
-        if index is None:
-            return
-        end = getattr(self.replicas[index], "end_session", None)  # a replica may keep nothing per episode
-        if end is None:
-            return
-        if hasattr(end, "remote"):
-            end.remote(key)  # fire and forget: nothing waits on it
-        else:
-            end(key)
+        if index is not None:
+            with contextlib.suppress(ray.exceptions.RayError):
+                self.replicas[index].end_session(key)
 
-    async def run(self, episodes: list[EpisodeSpec], seed: int = 0, temperature: float | None = None) -> list[Trajectory]:
-        """Play all episodes concurrently and return their trajectories in order."""
-        limits = self.limits if temperature is None else RolloutLimits(**{**vars(self.limits), "temperature": temperature})
-        gate = asyncio.Semaphore(self.max_concurrent)
-
-        async def play(spec: EpisodeSpec) -> Trajectory:
-            async with gate:
-                kwargs = dict(self.env_kwargs.get(spec.task.gym, {}))
-                if self.user_client is not None and accepts_llm(spec.task.gym):
-                    kwargs.update(llm=self.user_client, backend=self.user_backend)
-                env = make_env(spec.task.gym, spec.task, **kwargs)
-                try:
-                    return await run_episode(env, spec.task, self.chat, self._generate, limits,
-                                             uid=spec.uid, group_id=spec.group_id, seed=seed)
-                finally:
-                    self._end_session(spec.uid)
-
+    async def play_one(self, spec: EpisodeSpec, seed: int, limits: RolloutLimits) -> Trajectory:
+        """One episode on the replicas; one that lost its replica for good says so (the group re-runs it)."""
         try:
-            return list(await asyncio.gather(*(play(spec) for spec in episodes)))
+            traj = await super().play_one(spec, seed, limits)
         finally:
-            self.affinity.clear()
+            self._end_session(spec.uid)
+        if traj.error == f"generate_exception:{ReplicaLost.__name__}":
+            traj.error = REPLICA_LOST
+        return traj
+
+    def ping(self) -> dict[str, int]:
+        """Alive: this runner's process id and counters (replica requests sent again after a replica died)."""
+        return {"pid": os.getpid(), **self.stats}
