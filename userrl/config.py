@@ -9,10 +9,13 @@ from __future__ import annotations
 import difflib
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+if TYPE_CHECKING:
+    from userrl.algorithms import GRPOConfig  # torch: imported by grpo() only, so the CLI starts without it
 
 
 class ConfigError(ValueError):
@@ -26,10 +29,12 @@ class _Section(BaseModel):
 class GymSpec(_Section):
     """One gym in the task mixture."""
 
-    name: str = "function"
+    name: str = Field("function", description="Gym name (userrl.envs.registry; a typo names the closest gym).")
     weight: float = Field(1.0, gt=0, description="Sampling weight of this gym in the mixture.")
-    source: Literal["builtin", "userrl"] = "builtin"
-    split: str = "train"
+    source: Literal["builtin", "userrl"] = Field(
+        "builtin", description="builtin: the tasks packaged with userrl; userrl: the original UserRL data under "
+        "env.data_root.")
+    split: str = Field("train", description="Task split that training draws from (evaluation uses evaluation.split).")
     difficulty: list[int] | None = Field(None, description="Difficulty levels to keep (gyms that have them).")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="Extra env constructor arguments.")
 
@@ -43,21 +48,23 @@ class GymSpec(_Section):
 
 
 class ExperimentConfig(_Section):
-    name: str = "userrl"
-    seed: int = 0
+    name: str = Field("userrl", description="Run name: the run's folder is output_dir/name (checkpoints, curve).")
+    seed: int = Field(0, description="Seeds the task draws (per iteration), the sampling (per episode and turn) "
+                      "and the learners: a run is reproducible from it.")
     output_dir: str = Field("runs", description="Runs, checkpoints and the default MLflow store live here.")
 
 
 class EnvConfig(_Section):
-    gyms: list[GymSpec] = Field(default_factory=lambda: [GymSpec()])
+    gyms: list[GymSpec] = Field(default_factory=lambda: [GymSpec()], description="The task mixture: gyms and weights.")
     data_root: str | None = Field(None, description="Folder of the original UserRL data (source: userrl).")
     max_turns: int = Field(16, ge=1, description="Assistant generations per episode.")
     max_steps: int = Field(16, ge=1, description="Env truncation limit.")
     protocol: Literal["bracket", "tool_call"] = Field(
         "tool_call", description="How the policy acts: `[answer] 42` lines or interact_with_env tool calls."
     )
-    show_reward_in_feedback: bool = False
-    step_timeout_s: float = Field(120.0, gt=0)
+    show_reward_in_feedback: bool = Field(False, description="Append `Reward: r` to each step's feedback to the agent.")
+    step_timeout_s: float = Field(120.0, gt=0, description="Seconds an env step may take; past that the episode "
+                                  "is aborted (and counted).")
     backend: Literal["scripted", "openai", "local"] = Field(
         "scripted", description="Simulated users/judges: deterministic stand-ins, an OpenAI-compatible endpoint, "
         "or replicas of `local_user_model` in this Ray cluster."
@@ -68,12 +75,12 @@ class EnvConfig(_Section):
         "timeout_s, attempts, max_concurrency, extra_body, roles); the key comes from $OPENAI_API_KEY.",
     )
     local_user_model: str = Field("smollm2-135m", description="Model of the local user replicas.")
-    local_user_replicas: int = Field(1, ge=1)
+    local_user_replicas: int = Field(1, ge=1, description="Replicas of local_user_model (backend local).")
 
 
 class EnvRunnerConfig(_Section):
-    num_env_runners: int = Field(2, ge=1)
-    num_cpus_per_env_runner: float = Field(0.1, ge=0)
+    num_env_runners: int = Field(2, ge=1, description="EnvRunner actors; each plays its episodes concurrently.")
+    num_cpus_per_env_runner: float = Field(0.1, ge=0, description="Ray CPUs reserved per env runner.")
     restart_failed_env_runners: bool = Field(
         True, description="Recreate an env runner or policy replica whose process died and re-run the episodes "
         "it held on a healthy runner, with the same seeds (RLlib's key); false = a dead actor ends the run.")
@@ -96,44 +103,58 @@ class PolicyConfig(_Section):
         "enforce_eager (false), seed (0); any other vLLM engine argument passes through. dtype, max_model_len "
         "and max_batch_size come from this section.",
     )
-    num_replicas: int = Field(1, ge=1)
-    num_cpus_per_replica: float = Field(0.5, ge=0)
+    num_replicas: int = Field(1, ge=1, description="PolicyReplica actors generating the rollouts.")
+    num_cpus_per_replica: float = Field(0.5, ge=0, description="Ray CPUs reserved per policy replica.")
     num_gpus_per_replica: float = Field(0, ge=0, description="GPUs per replica (vllm on a GPU machine: 1).")
     num_threads: int | None = Field(None, description="torch threads per replica; null = all cores.")
     max_batch_size: int = Field(32, ge=1, description="Requests a replica decodes together.")
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Weights of the replicas' engine.")
     max_new_tokens: int = Field(64, ge=1, description="Cap on sampled tokens per assistant turn.")
     max_model_len: int = Field(2048, ge=16, description="Prompt + response token budget per episode.")
     max_response_len: int = Field(1536, ge=1, description="Response (all turns and tool outputs) budget.")
-    temperature: float = Field(1.0, ge=0)
-    top_p: float = Field(1.0, gt=0, le=1)
+    temperature: float = Field(1.0, ge=0, description="Rollout sampling temperature (0 = greedy); the learner "
+                               "scores tokens at the same temperature.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Rollout nucleus sampling (1 = off).")
 
 
 class TrainingConfig(_Section):
-    iterations: int = Field(20, ge=0)
+    """The RL update. The GRPO estimator's settings (trajectory_score .. mean_score_round) are the fields of
+    `userrl.algorithms.GRPOConfig` under the same names: `grpo()` builds it from them."""
+
+    iterations: int = Field(20, ge=0, description="RL iterations (rollout, update, weight sync); 0 = none.")
     batch_size: int = Field(8, ge=1, description="Tasks per iteration; each is rolled out group_size times.")
-    group_size: int = Field(8, ge=1)
-    lr: float = Field(1e-6, gt=0)
-    weight_decay: float = 0.01
-    betas: tuple[float, float] = (0.9, 0.999)
-    grad_clip: float = Field(1.0, gt=0)
+    group_size: int = Field(8, ge=1, description="Episodes per task: the GRPO group whose scores are normalized "
+                            "together.")
+    lr: float = Field(1e-6, gt=0, description="AdamW learning rate of the RL update.")
+    weight_decay: float = Field(0.01, description="AdamW weight decay.")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
+    grad_clip: float = Field(1.0, gt=0, description="Gradient norm clip per optimizer step.")
     mini_batch_size: int | None = Field(None, ge=1, description="Trajectories per optimizer step; null = all.")
-    ppo_epochs: int = Field(1, ge=1)
+    ppo_epochs: int = Field(1, ge=1, description="Passes over each iteration's trajectories.")
     micro_batch_tokens: int = Field(8192, ge=64, description="Padded tokens per forward/backward pass.")
-    trajectory_score: str = "mean"
-    turn_credit: str = "equalized"
-    gamma: float = Field(0.8, ge=0, le=1)
-    norm_adv_by_std: bool = True
-    eps: float = 1e-6
-    mean_score_round: int | None = 4
-    clip_ratio_low: float = 0.2
-    clip_ratio_high: float = 0.2
-    clip_ratio_c: float = 3.0
-    loss_agg_mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
-    entropy_coeff: float = 0.0
-    use_kl_loss: bool = False
-    kl_loss_coef: float = 0.001
-    kl_loss_type: Literal["kl", "abs", "mse", "low_var_kl"] = "low_var_kl"
+    trajectory_score: str = Field(
+        "mean", description="Turn rewards -> trajectory score: mean (UserRL's 'Sum', rounded), sum, or r2g "
+        "(discounted by gamma).")
+    turn_credit: str = Field(
+        "equalized", description="How a trajectory's normalized score is spread over its turns: equalized, r2g "
+        "(reward-to-go) or em (exponential map of the turn reward).")
+    gamma: float = Field(0.8, ge=0, le=1, description="Discount of the r2g score and credits.")
+    norm_adv_by_std: bool = Field(True, description="Divide group-centered scores by the group's std (+ eps); "
+                                  "false = centering only.")
+    eps: float = Field(1e-6, description="Added to the group std before dividing.")
+    mean_score_round: int | None = Field(
+        4, description="Decimals of the mean score (UserRL's 4, so tied groups match the original); null = exact.")
+    clip_ratio_low: float = Field(0.2, description="PPO clip: the ratio is kept above 1 - clip_ratio_low.")
+    clip_ratio_high: float = Field(0.2, description="PPO clip: the ratio is kept below 1 + clip_ratio_high.")
+    clip_ratio_c: float = Field(3.0, gt=1, description="Dual clip: a negative-advantage token's loss is at most "
+                                "clip_ratio_c * |advantage|.")
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = Field(
+        "token-mean", description="How token losses are aggregated over the mini-batch.")
+    entropy_coeff: float = Field(0.0, description="Weight of the entropy bonus (subtracted from the loss); 0 = off.")
+    use_kl_loss: bool = Field(False, description="Add a KL penalty against the frozen starting weights.")
+    kl_loss_coef: float = Field(0.001, description="Weight of the KL penalty.")
+    kl_loss_type: Literal["kl", "abs", "mse", "low_var_kl"] = Field(
+        "low_var_kl", description="KL estimator: kl (k1), abs, mse (k2) or low_var_kl (k3).")
     drop_aborted: bool = Field(True, description="Exclude aborted episodes from the update (always counted).")
     async_rollout: bool = Field(
         False, description="Overlap the next iteration's rollout with this iteration's update: trajectories are "
@@ -153,28 +174,38 @@ class TrainingConfig(_Section):
 
         return canonical_credit_method(value)
 
+    def grpo(self) -> GRPOConfig:
+        """The `userrl.algorithms.GRPOConfig` of these settings (its fields, read from here by name)."""
+        from dataclasses import fields
+
+        from userrl.algorithms import GRPOConfig
+
+        return GRPOConfig(**{f.name: getattr(self, f.name) for f in fields(GRPOConfig)})
+
 
 class SFTConfig(_Section):
     enabled: bool = Field(False, description="Warm start with SFT on solver demonstrations before RL.")
-    source: Literal["solver", "file"] = "solver"
+    source: Literal["solver", "file"] = Field(
+        "solver", description="solver: demonstrations played by each gym's scripted solver; file: JSONL at sft.path.")
     path: str | None = Field(None, description="JSONL of demonstrations (source: file).")
     episodes: int = Field(256, ge=1, description="Solver demonstrations to play (source: solver).")
-    epochs: int = Field(2, ge=1)
-    batch_size: int = Field(16, ge=1)
-    lr: float = Field(5e-5, gt=0)
+    epochs: int = Field(2, ge=1, description="Passes over the demonstrations.")
+    batch_size: int = Field(16, ge=1, description="Demonstrations per optimizer step.")
+    lr: float = Field(5e-5, gt=0, description="AdamW learning rate of the warm start.")
 
 
 class LearnerConfig(_Section):
-    num_learners: int = Field(2, ge=1)
-    num_cpus_per_learner: float = Field(1.0, gt=0)
-    use_gpu: bool = False
+    num_learners: int = Field(2, ge=1, description="FSDP2 ranks (Ray Train workers) sharing the update.")
+    num_cpus_per_learner: float = Field(1.0, gt=0, description="Ray CPUs reserved per learner.")
+    use_gpu: bool = Field(False, description="Learners on GPUs (num_gpus_per_learner each, NCCL).")
     num_gpus_per_learner: float = Field(
         1.0, gt=0, description="GPUs per learner when use_gpu (a fraction shares a GPU with policy replicas: "
         "e.g. 0.5 each, with policy.vllm.sleep_mode so the replica frees its memory during the update).")
     precision: Literal["float32", "bfloat16"] = Field(
         "float32", description="bfloat16: autocast on CPU, FSDP mixed precision on GPU (fp32 master weights)."
     )
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = Field(False, description="Recompute activations in the backward pass (less "
+                                         "memory, same update).")
     max_failures: int = Field(
         2, ge=0, description="Learner-group failures (a learner process dies) that Ray Train recovers from by "
         "restarting the group from this run's newest complete checkpoint; 0 = the run fails at once.")
@@ -182,8 +213,8 @@ class LearnerConfig(_Section):
 
 class EvaluationConfig(_Section):
     interval: int = Field(0, ge=0, description="Evaluate every N iterations; 0 = only when asked.")
-    num_tasks: int = Field(16, ge=1)
-    split: str = "test"
+    num_tasks: int = Field(16, ge=1, description="Held-out tasks per evaluation during training (the first ones).")
+    split: str = Field("test", description="Split of the held-out tasks.")
     temperature: float = Field(0.0, ge=0, description="0 = greedy (in training and in `userrl evaluate`).")
     passes: int = Field(1, ge=1, description="`userrl evaluate`: passes per test item (micro_max is best of k).")
     max_episodes_per_gym: int | None = Field(
@@ -196,14 +227,19 @@ class EvaluationConfig(_Section):
 
 class CheckpointConfig(_Section):
     every: int = Field(1, ge=0, description="Write a checkpoint every N iterations; 0 = never.")
-    keep: int = Field(2, ge=1)
-    resume_from: str | None = None
+    keep: int | None = Field(
+        2, ge=1, description="RL checkpoints kept: once one is written, the ones with lower iteration numbers "
+        "beyond the newest `keep` are deleted (higher-numbered ones, left by an earlier run in the same folder, "
+        "are not touched); the SFT warm start iter_000000 is always kept (runs and benchmarks start from it); "
+        "null = keep all.")
+    resume_from: str | None = Field(None, description="Checkpoint folder (iter_NNNNNN) to resume from: weights, "
+                                    "optimizer, RNG and iteration; null = start fresh.")
 
 
 class TrackingConfig(_Section):
     mlflow_uri: str | None = Field(None, description="null = $MLFLOW_TRACKING_URI, else a local sqlite store.")
-    experiment: str = "userrl"
-    sample_trajectories: int = Field(8, ge=0)
+    experiment: str = Field("userrl", description="MLflow experiment name.")
+    sample_trajectories: int = Field(8, ge=0, description="Trajectories per iteration saved as MLflow artifacts.")
 
 
 class RayConfig(_Section):
@@ -214,17 +250,17 @@ class RayConfig(_Section):
 class UserRLConfig(_Section):
     """The whole run configuration."""
 
-    experiment: ExperimentConfig = Field(default_factory=ExperimentConfig)
-    env: EnvConfig = Field(default_factory=EnvConfig)
-    env_runners: EnvRunnerConfig = Field(default_factory=EnvRunnerConfig)
-    policy: PolicyConfig = Field(default_factory=PolicyConfig)
-    training: TrainingConfig = Field(default_factory=TrainingConfig)
-    sft: SFTConfig = Field(default_factory=SFTConfig)
-    learners: LearnerConfig = Field(default_factory=LearnerConfig)
-    evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
-    checkpointing: CheckpointConfig = Field(default_factory=CheckpointConfig)
-    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
-    ray: RayConfig = Field(default_factory=RayConfig)
+    experiment: ExperimentConfig = Field(default_factory=ExperimentConfig, description="Name, seed, output folder.")
+    env: EnvConfig = Field(default_factory=EnvConfig, description="Gyms, episode limits, simulated users.")
+    env_runners: EnvRunnerConfig = Field(default_factory=EnvRunnerConfig, description="The actors playing episodes.")
+    policy: PolicyConfig = Field(default_factory=PolicyConfig, description="The model and its rollout replicas.")
+    training: TrainingConfig = Field(default_factory=TrainingConfig, description="The RL update (GRPO, PPO loss).")
+    sft: SFTConfig = Field(default_factory=SFTConfig, description="The SFT warm start.")
+    learners: LearnerConfig = Field(default_factory=LearnerConfig, description="The learner group (FSDP2).")
+    evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig, description="Held-out evaluation.")
+    checkpointing: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Checkpoints and resume.")
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="MLflow.")
+    ray: RayConfig = Field(default_factory=RayConfig, description="The Ray cluster.")
 
     @model_validator(mode="after")
     def _consistent(self) -> UserRLConfig:

@@ -28,7 +28,6 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from transformers import AutoModelForCausalLM
 
 from userrl.algorithms import (
-    GRPOConfig,
     aggregate,
     grpo_multiturn_advantages,
     kl_penalty,
@@ -92,8 +91,7 @@ class Learner:
         # The sampler's logprobs are of softmax(logits / T); the RL loss must see the same distribution.
         # Greedy sampling (T = 0) reports plain log_softmax, so it pairs with T = 1 here.
         self.temperature = config.policy.temperature if config.policy.temperature > 0 else 1.0
-        self.grpo = GRPOConfig(trajectory_score=tc.trajectory_score, turn_credit=tc.turn_credit, gamma=tc.gamma,
-                               norm_adv_by_std=tc.norm_adv_by_std, eps=tc.eps, mean_score_round=tc.mean_score_round)
+        self.grpo = tc.grpo()
         # Set by the train loop: fields every checkpoint of this fit carries (the fit id a restarted group
         # looks for), and the fault-injection hook of the reliability tests (userrl/faults.py).
         self.checkpoint_meta: dict[str, Any] = {}

@@ -1,9 +1,20 @@
+import dataclasses
+import typing
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from userrl.algorithm import GRPOMultiTurnConfig
-from userrl.config import ConfigError, load_config, parse_config
+from userrl.config import (
+    CheckpointConfig,
+    ConfigError,
+    GymSpec,
+    TrainingConfig,
+    UserRLConfig,
+    load_config,
+    parse_config,
+)
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 
@@ -98,3 +109,42 @@ def test_learners_sharing_a_gpu_reserve_their_fraction():
     shared = load_config(EXPERIMENTS / "gpu.yaml")
     assert learner_resources(shared) == {"CPU": 1.0, "GPU": 0.5}
     assert shared.learners.num_gpus_per_learner + shared.policy.num_gpus_per_replica == 1.0
+
+
+def _config_models(model: type[BaseModel], seen: list[type[BaseModel]]) -> list[type[BaseModel]]:
+    """`model` and every pydantic model its fields hold, however nested (lists, unions, optionals)."""
+    if model not in seen:
+        seen.append(model)
+        for field in model.model_fields.values():
+            stack = [field.annotation]
+            while stack:
+                annotation = stack.pop()
+                if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                    _config_models(annotation, seen)
+                stack.extend(typing.get_args(annotation))
+    return seen
+
+
+def test_every_config_field_has_a_description():
+    models = _config_models(UserRLConfig, [])
+    assert GymSpec in models and CheckpointConfig in models and len(models) >= 12  # the walk reaches nested ones
+    missing = [f"{model.__name__}.{name}" for model in models for name, field in model.model_fields.items()
+               if not (field.description or "").strip()]
+    assert missing == []
+
+
+def test_training_settings_are_the_grpo_estimator_settings():
+    """GRPOConfig's fields are read from `training` by name: a new estimator field needs a config key."""
+    from userrl.algorithms import GRPOConfig
+
+    assert {f.name for f in dataclasses.fields(GRPOConfig)} <= set(TrainingConfig.model_fields)
+    assert parse_config({}).training.grpo() == GRPOConfig()  # the same defaults on both sides
+    built = load_config(None, ["training.turn_credit=R2G", "training.gamma=0.5", "training.mean_score_round=null",
+                               "training.norm_adv_by_std=false"]).training.grpo()
+    assert (built.turn_credit, built.gamma, built.mean_score_round, built.norm_adv_by_std) == ("r2g", 0.5, None, False)
+
+
+def test_checkpoint_keep_accepts_null_and_refuses_zero():
+    assert parse_config({"checkpointing": {"keep": None}}).checkpointing.keep is None
+    with pytest.raises(ConfigError, match=r"checkpointing\.keep"):
+        parse_config({"checkpointing": {"keep": 0}})
