@@ -45,7 +45,9 @@ def strip_think(text: str) -> str:
     cut = text.rfind(_THINK_CLOSE)
     if cut != -1:
         text = text[cut + len(_THINK_CLOSE) :]
-    return _THINK_BLOCK.sub("", text)
+    # Without a `</think>` no block is complete; skipping the regex then keeps a reply of many unclosed
+    # `<think>` linear (the lazy scan from each one to the end is quadratic: 30 s for 140k characters).
+    return _THINK_BLOCK.sub("", text) if _THINK_CLOSE in text else text
 
 
 def _reject_constant(name: str) -> Any:
