@@ -16,7 +16,7 @@ the /play API). Every reply must be the 4xx the family expects, in OpenAI's erro
 (`{"error": {"message", "type", "param", "code"}}`); the official `openai` client must still get a
 completion afterwards; and the resident memory (RSS) of the Serve processes (HTTP proxy, controller,
 gateway and model replicas, found through their named Ray actors, read with psutil) must stay flat:
-it is read after a warm-up fifth of the requests and again at the end.
+it is read after a warm-up fifth of the requests and after each quarter of the rest.
 """
 
 from __future__ import annotations
@@ -502,11 +502,14 @@ def scenario_7_serve_fuzz(requests: int = 1000, *, url: str | None = None, api_k
         pids = serve_processes(app_name)
         warm = max(1, len(cases) // 5)  # allocator pools, caches and lazy imports settle in the first fifth
         replies = send_cases(url, cases[:warm], workers=workers, deadline=deadline)
-        before = rss_mib(pids)
+        samples = [rss_mib(pids)]  # then after each further quarter: a leak grows with the count
         began = time.perf_counter()
-        replies += send_cases(url, cases[warm:], workers=workers, deadline=deadline)
+        rest = cases[warm:]
+        for quarter in range(4):
+            chunk = rest[quarter * len(rest) // 4: (quarter + 1) * len(rest) // 4]
+            replies += send_cases(url, chunk, workers=workers, deadline=deadline)
+            samples.append(rss_mib(pids))
         wall = time.perf_counter() - began
-        after = rss_mib(pids)
         client = openai.OpenAI(base_url=f"{url}/v1", api_key=api_key or "none", max_retries=0, timeout=120)
         try:
             reply = client.chat.completions.create(model=model_name, messages=VALID_PROMPT, max_tokens=4)
@@ -519,12 +522,12 @@ def scenario_7_serve_fuzz(requests: int = 1000, *, url: str | None = None, api_k
             from ray import serve
 
             serve.shutdown()
-    return _fuzz_result(cases, replies, warm, before, after, wall, recovered, recovery, rss_growth_limit_mib)
+    return _fuzz_result(cases, replies, warm, samples, wall, recovered, recovery, rss_growth_limit_mib)
 
 
-def _fuzz_result(cases: list[FuzzCase], replies: list[FuzzReply], warm: int, before: dict[str, float],
-                 after: dict[str, float], wall: float, recovered: bool, recovery: str,
-                 growth_limit: float) -> ScenarioResult:
+def _fuzz_result(cases: list[FuzzCase], replies: list[FuzzReply], warm: int, samples: list[dict[str, float]],
+                 wall: float, recovered: bool, recovery: str, growth_limit: float) -> ScenarioResult:
+    before, after = samples[0], samples[-1]
     families = list(dict.fromkeys(c.family for c in cases))
     rows = []
     for family in families:
@@ -551,16 +554,198 @@ def _fuzz_result(cases: list[FuzzCase], replies: list[FuzzReply], warm: int, bef
     total_growth = sum(growth.values())
     measured = len(replies) - warm
     notes = [f"{measured} requests after the {warm} of the warm-up in {wall:.1f} s ({measured / max(wall, 1e-9):.0f} req/s)",
-             "RSS MiB after the warm-up fifth -> at the end: " + ", ".join(
-                 f"{label} {before[label]:.0f} -> {after[label]:.0f} ({growth[label]:+.1f})" for label in before)
-             + f"; total {total_growth:+.1f} MiB (limit {growth_limit:.0f})",
+             "RSS MiB after the warm-up fifth, then after each quarter of the rest: " + "; ".join(
+                 f"{label} " + " -> ".join(f"{sample[label]:.1f}" for sample in samples) for label in before)
+             + f"; total growth {total_growth:+.1f} MiB (limit {growth_limit:.0f})",
              f"a valid request afterwards (official openai client): {'ok' if recovered else 'FAILED'}, {recovery}"]
     bad = [r for r in replies if not r.good][:10]
     notes += [f"not ok: [{r.case.family}] {r.case.label}: {r.status} {str(r.body)[:160]} {r.error or ''}" for r in bad]
     ok = (total["sent"] == total["cases"] and total["expected 4xx + OpenAI shape"] == total["sent"]
           and recovered and total_growth < growth_limit)
     return ScenarioResult(7, "malformed requests to the Serve endpoint", rows, ok, notes,
-                          {"replies": replies, "rss_before": before, "rss_after": after, "recovered": recovered})
+                          {"replies": replies, "rss": samples, "recovered": recovered})
+
+
+# ------------------------------------------------------------------ scenarios 4 and 5: learner failures
+
+
+def _learner_config(out: Any, *, model: str, iterations: int, every: int, seed: int, max_failures: int) -> Any:
+    from userrl.algorithm import GRPOMultiTurnConfig
+
+    # entropy_coeff: a gradient in every iteration even when a tiny model's group rewards tie, so a run
+    # that resumed from the wrong state would end with other weights.
+    return (GRPOMultiTurnConfig()
+            .experiment(name="reliability", seed=seed, output_dir=str(out))
+            .environment(gyms=[{"name": "function", "difficulty": [0]}], protocol="bracket", max_turns=2,
+                         max_steps=2)
+            .policy(model=model, max_new_tokens=6, max_model_len=512, num_cpus_per_replica=0.5, num_threads=1)
+            .env_runners(num_env_runners=1)
+            .training(iterations=iterations, batch_size=2, group_size=2, lr=1e-3, entropy_coeff=0.01,
+                      micro_batch_tokens=1024)
+            .learners(num_learners=2, max_failures=max_failures)
+            .checkpointing(every=every)
+            .tracking(experiment="reliability", mlflow_uri=f"sqlite:///{out}/mlflow.db")
+            .to_config())
+
+
+def _learner_run(out: Any, fault: str | None, **settings: Any) -> dict[str, Any]:
+    """One small training run with `USERRL_FAULT=fault`; its results, restarts and timings."""
+    import logging
+    from pathlib import Path
+
+    from userrl import faults
+    from userrl.algorithm import GRPOMultiTurn
+
+    notices: list[tuple[float, tuple[Any, ...]]] = []
+
+    class Restarts(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("learner group restarted"):
+                notices.append((record.created, tuple(record.args or ())))
+
+    handler = Restarts()
+    logging.getLogger("userrl.algorithm").addHandler(handler)
+    seen: list[tuple[float, dict[str, Any]]] = []
+    digests: dict[str, dict[str, str]] = {}  # checkpoint folder name -> file digests when it was reported
+
+    def on_result(result: dict[str, Any]) -> None:
+        seen.append((time.time(), result))
+        if result.get("checkpoint"):
+            digests[Path(result["checkpoint"]).name] = _folder_digest(Path(result["checkpoint"]))
+    previous = os.environ.pop(faults.ENV, None)
+    if fault:
+        os.environ[faults.ENV] = fault
+    began = time.time()
+    try:
+        algo = GRPOMultiTurn(_learner_config(out, **settings))
+        try:
+            results = algo.fit(on_result=on_result)
+        finally:
+            algo.stop()
+    finally:
+        logging.getLogger("userrl.algorithm").removeHandler(handler)
+        os.environ.pop(faults.ENV, None)
+        if previous is not None:
+            os.environ[faults.ENV] = previous
+    run_dir = out / "reliability"
+    markers = sorted((run_dir / "faults").glob("*")) if (run_dir / "faults").is_dir() else []
+    return {"results": results, "seen": seen, "digests": digests, "notices": notices, "wall_s": time.time() - began,
+            "run_dir": run_dir, "killed_at": markers[0].stat().st_mtime if markers else None}
+
+
+def _final_weights(run: dict[str, Any], iteration: int) -> dict[str, Any]:
+    from safetensors.torch import load_file
+
+    return load_file(run["run_dir"] / "checkpoints" / f"iter_{iteration:06d}" / "model" / "model.safetensors")
+
+
+def _folder_digest(folder: Any) -> dict[str, str]:
+    import hashlib
+
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _learner_failure(number: int, title: str, fault: str, kill_iteration: int, *, model: str, iterations: int,
+                     every: int, seed: int, max_failures: int, compare: bool, atol: float = 1e-5,
+                     rtol: float = 1e-4) -> ScenarioResult:
+    """Run with the fault and (with `compare`) without; what was lost and restarted, and the final weights."""
+    import tempfile
+    from pathlib import Path
+
+    import ray
+    import torch
+
+    from userrl.cluster import init_ray
+
+    settings = {"model": model, "iterations": iterations, "every": every, "seed": seed}
+    with tempfile.TemporaryDirectory(prefix=f"userrl-scenario-{number}-") as tmp:
+        owns_ray = init_ray(_learner_config(Path(tmp), max_failures=max_failures, **settings))
+        try:
+            runs = {"with the fault": _learner_run(Path(tmp) / "faulty", fault, max_failures=max_failures,
+                                                   **settings)}
+            if compare:
+                runs["uninterrupted"] = _learner_run(Path(tmp) / "reference", None, max_failures=max_failures,
+                                                     **settings)
+            faulty = runs["with the fault"]
+            checkpoints = faulty["run_dir"] / "checkpoints"
+            leftovers = sorted(p.name for p in checkpoints.glob("*.tmp"))
+            final = _final_weights(faulty, iterations)
+            gap, same = None, None
+            if compare:
+                reference = _final_weights(runs["uninterrupted"], iterations)
+                gap = max((final[k] - reference[k]).abs().max().item() for k in reference)
+                same = all(torch.allclose(final[k], reference[k], atol=atol, rtol=rtol) for k in reference)
+            resumed = [args[3] for _, args in faulty["notices"]]
+            previous = f"iter_{resumed[0]:06d}" if resumed else None
+            # Byte for byte as it was when its iteration was reported (before the kill).
+            intact = previous in faulty["digests"] and _folder_digest(checkpoints / previous) == faulty["digests"][previous]
+        finally:
+            if owns_ray:
+                ray.shutdown()
+    start = resumed[0] if resumed else None
+    killed_at = faulty["killed_at"]
+    before_kill = [r["iteration"] for t, r in faulty["seen"] if r["phase"] == "rl" and killed_at and t < killed_at]
+    rerun = list(range(start + 1, kill_iteration + 1)) if start is not None else []
+    restart_s = faulty["notices"][0][0] - killed_at if faulty["notices"] and killed_at else None
+    details = {
+        "fault": fault, "fired": faulty["killed_at"] is not None, "restarts": len(faulty["notices"]),
+        "resumed_from_iteration": start, "rerun_iterations": rerun,
+        "reported_then_rerun": [i for i in rerun if i in before_kill],
+        "kill_to_restarted_group_s": restart_s, "leftover_tmp": leftovers, "previous_checkpoint_intact": intact,
+        "iterations_returned": [r["iteration"] for r in faulty["results"]],
+        "max_abs_weight_gap": gap, "weights_equal": same,
+    }
+    rows = [{"run": name, "iterations": ", ".join(str(r["iteration"]) for r in run["results"]),
+             "restarts": len(run["notices"]),
+             "resumed from": "" if not run["notices"] else f"iter_{run['notices'][0][1][3]:06d}",
+             "wall s": f"{run['wall_s']:.1f}"} for name, run in runs.items()]
+    ok = (details["fired"] and details["restarts"] == 1 and intact and not leftovers
+          and details["iterations_returned"] == list(range(1, iterations + 1)) and same is not False)
+    notes = [f"fault {fault}: the learner died at the marked point; Ray Train restarted the group "
+             f"(learners.max_failures={max_failures}) from iter_{start:06d}" if start is not None else
+             f"fault {fault}: no restart was seen",
+             f"re-run iterations {rerun} (reported before the kill and shown/logged once: "
+             f"{details['reported_then_rerun']})",
+             f"from the kill to the restarted group's start notice: {restart_s:.1f} s" if restart_s else
+             "restart time not measured",
+             f"leftover .tmp folders at the end: {leftovers or 'none'}; the checkpoint resumed from is intact: {intact}"]
+    if compare:
+        notes.append(f"final weights vs the uninterrupted run: max |diff| {gap:.3g} "
+                     f"({'equal' if same else 'DIFFERENT'} at atol {atol}, rtol {rtol})")
+    return ScenarioResult(number, title, rows, bool(ok), notes, details)
+
+
+@scenario(4, "a learner killed mid-update")
+def scenario_4_learner_killed(seed: int = 5, *, model: str = "tiny-random", iterations: int = 4, every: int = 2,
+                              kill_iteration: int | None = None, rank: int = 1, max_failures: int = 2,
+                              compare: bool = True) -> ScenarioResult:
+    """SIGKILL learner `rank` in the update of `kill_iteration` (default the last), after its backward passes.
+
+    Ray Train restarts the learner group from the fit's newest complete checkpoint; the iterations after
+    it are re-run, and the final weights are compared with an uninterrupted run's (`compare`).
+    """
+    kill = kill_iteration or iterations
+    return _learner_failure(4, "a learner killed mid-update", f"update:{kill}:{rank}", kill, model=model,
+                            iterations=iterations, every=every, seed=seed, max_failures=max_failures,
+                            compare=compare)
+
+
+@scenario(5, "the trainer killed while writing a checkpoint")
+def scenario_5_killed_while_checkpointing(seed: int = 5, *, model: str = "tiny-random", iterations: int = 4,
+                                          every: int = 2, kill_iteration: int | None = None, max_failures: int = 1,
+                                          compare: bool = True) -> ScenarioResult:
+    """SIGKILL rank 0 after it wrote `iter_<kill_iteration>.tmp` and before the rename (default: the last).
+
+    The checkpoint before it must stay intact, the .tmp folder must be removed and never resumed from,
+    and the restarted group must end with an uninterrupted run's weights.
+    """
+    kill = kill_iteration or iterations
+    if kill % every and kill != iterations:
+        raise ValueError(f"no checkpoint is written at iteration {kill} (every {every})")
+    return _learner_failure(5, "the trainer killed while writing a checkpoint", f"checkpoint:{kill}", kill,
+                            model=model, iterations=iterations, every=every, seed=seed,
+                            max_failures=max_failures, compare=compare)
 
 
 # ----------------------------------------------------------------------------------------------------- CLI
