@@ -9,11 +9,27 @@ from typing import Any
 
 from userrl.envs.base import Task
 
+#: The original mixtures of every gym (rows are filtered by data_source), relative to data_root.
+MIXTURE_PARQUET = {
+    "alltrain": Path("data/alltrain_multiturn/train.parquet"),
+    "alltest": Path("data/alltest_multiturn/test.parquet"),
+}
+
 #: What a missing original file means; every gym's FileNotFoundError says it the same way.
 DATA_ROOT_HINT = "data_root must point at a UserRL data folder (holding gyms/ and data/)"
 
 
-# ---------------------------------------------------------------- JSON files
+# ---------------------------------------------------------------- prompts and files
+
+
+def system_user_prompt(system: str, user: str) -> list[dict[str, str]]:
+    """A task's prompt: one system message, then one user message."""
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def userrl_parquet(folder: str, splits: Sequence[str] = ("train", "test")) -> dict[str, Path]:
+    """Split name -> original parquet file under data_root: the gym's own files, then the mixtures."""
+    return {**{split: Path("data") / folder / f"{split}.parquet" for split in splits}, **MIXTURE_PARQUET}
 
 
 def read_json(path: Path) -> Any:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from userrl.envs.base import MultiTurnEnv
 
 ORACLE_FALLBACK = "I could not process that question. Please ask another yes/no question."
+EPISODE_FINISHED = "Episode finished."
 #: How earlier exchanges are shown to a model oracle (only when the env is asked to show some).
 ORACLE_HISTORY_TEMPLATE = "Earlier questions and your answers:\n{lines}\n\n"
 _LABELS = {"yes": "Yes", "no": "No", "maybe": "Maybe"}
@@ -40,15 +42,22 @@ def history_block(history: Sequence[tuple[str, str]]) -> str:
 class OracleEnv(MultiTurnEnv):
     """Base of the gyms whose agent asks a yes/no oracle about something hidden, then answers.
 
-    Subclasses set `role_names` (with "oracle"), `oracle_role` and `oracle_system_prompt`,
-    call `_configure_oracle` from `_configure`, clear `oracle_history` at reset, and implement
-    `_scripted_answer` and `_oracle_user_message`.
+    It owns the episode skeleton both share: `action` asks the oracle, `answer` is judged and scored,
+    `[finish]` ends the episode, anything else gets `invalid_action`; the reward pays the gain of an
+    answer over the best score so far. Subclasses set `role_names` (with "oracle"), `oracle_role`,
+    `oracle_system_prompt`, `welcome` and `invalid_action`, call `_configure_oracle` from `_configure`, and
+    implement `_judge_answer`, `_scripted_answer`, `_oracle_user_message`, `_task_observation` and
+    `_task_info` (plus `_reset_task_state` for their own episode records).
     """
 
     uses_role_client: ClassVar[bool] = True
     role_names: ClassVar[tuple[str, ...]] = ("oracle",)
     oracle_role: ClassVar[str] = ""
     oracle_system_prompt: ClassVar[str] = ""
+    #: The reset text; like every reset text it is never shown to the agent (0.3).
+    welcome: ClassVar[str] = ""
+    #: The reply to an action without a choice the gym handles.
+    invalid_action: ClassVar[str] = ""
 
     def _configure_oracle(self, oracle_history_turns: int) -> None:
         """Check and keep how many past exchanges the model oracle sees."""
@@ -84,3 +93,73 @@ class OracleEnv(MultiTurnEnv):
             return ORACLE_FALLBACK
         self.oracle_history.append((question, answer))
         return answer
+
+    # ------------------------------------------------------------------ episode skeleton
+
+    def _reset_impl(self) -> tuple[str, dict[str, Any], dict[str, Any]]:
+        self.current_score = 0.0
+        self.best_score = 0.0
+        #: Whether this step's judge gave a verdict; None on steps that judge nothing.
+        self.judge_success: bool | None = None
+        self.best_json_response: dict[str, Any] | None = None
+        self.oracle_history: list[tuple[str, str]] = []
+        self._reset_task_state()
+        return self.welcome, self._extra_obs(), self._gym_info()
+
+    def _reset_task_state(self) -> None:
+        """Clear the subclass's own episode records (called at every reset)."""
+
+    def _task_observation(self) -> dict[str, Any]:
+        """The observation fields that describe the task (besides the scores)."""
+        raise NotImplementedError
+
+    def _task_info(self) -> dict[str, Any]:
+        """The gym's own info keys (besides the judge and score keys)."""
+        raise NotImplementedError
+
+    def _extra_obs(self) -> dict[str, Any]:
+        return {**self._task_observation(), "current_score": self.current_score, "best_score": self.best_score}
+
+    def _gym_info(self) -> dict[str, Any]:
+        return {
+            "judge_success": self.judge_success,
+            "current_score": self.current_score,
+            "best_score": self.best_score,
+            "best_json_response": copy.deepcopy(self.best_json_response),
+            **self._task_info(),
+        }
+
+    async def _astep_impl(
+        self, choice: str, content: str
+    ) -> tuple[str, float, bool, dict[str, Any], dict[str, Any]]:
+        reward, terminated = 0.0, False
+        self.judge_success = None  # set only by steps that judge an answer
+        if choice == "action":
+            feedback = await self._ask(content)
+        elif choice == "answer":
+            feedback, reward, terminated = await self._judge_answer(content)
+        elif choice == "finish":
+            feedback, terminated = EPISODE_FINISHED, True
+        else:
+            feedback = self.invalid_action
+        self._record_step(choice, content, feedback)
+        return feedback, reward, terminated, self._extra_obs(), self._gym_info()
+
+    async def _judge_answer(self, answer: str) -> tuple[str, float, bool]:
+        """Judge an answer: (feedback, reward, whether it ends the episode); reward via `_score`."""
+        raise NotImplementedError
+
+    def _record_step(self, choice: str, content: str, feedback: str) -> None:
+        """Keep a record of the step (the default keeps none beyond the oracle history)."""
+
+    def _score(self, score: float, response: dict[str, Any] | None) -> float:
+        """Record an answer's score (response None when the judge failed); the reward of its gain.
+
+        Only answers pay: clip(gain * reward_scale - step_penalty * step_count, 0, 1) when normalized.
+        """
+        self.current_score = score
+        gain = max(0.0, score - self.best_score)
+        if response is not None and (self.best_json_response is None or score > self.best_score):
+            self.best_json_response = response
+        self.best_score = max(self.best_score, score)
+        return self.shaped_reward(gain, self.step_penalty * self.step_count)

@@ -19,6 +19,8 @@ from userrl.envs.loading import (
     read_json_list,
     read_userrl_rows,
     source_loader,
+    system_user_prompt,
+    userrl_parquet,
     userrl_task,
 )
 
@@ -41,21 +43,13 @@ FUNCTION_USER_MESSAGE = "The hidden function is ready. You can start now."
 BUILTIN_TASKS_PATH = Path(__file__).resolve().parent / "data" / "tasks.json"
 USERRL_FUNCTIONS_JSON = Path("gyms/FunctionGym/functiongym/data/functions.json")
 #: Split name -> parquet file (relative to data_root). The all* files mix every gym; rows are filtered.
-USERRL_PARQUET = {
-    "train": Path("data/function_multiturn/train.parquet"),
-    "test": Path("data/function_multiturn/test.parquet"),
-    "alltrain": Path("data/alltrain_multiturn/train.parquet"),
-    "alltest": Path("data/alltest_multiturn/test.parquet"),
-}
+USERRL_PARQUET = userrl_parquet("function_multiturn")
 DIFFICULTY_LEVELS = (0, 1, 2, 3, 4)
 
 
 def builtin_prompt() -> list[dict[str, str]]:
     """The [system, user] prompt of every builtin task."""
-    return [
-        {"role": "system", "content": FUNCTION_SYSTEM_PROMPT},
-        {"role": "user", "content": FUNCTION_USER_MESSAGE},
-    ]
+    return system_user_prompt(FUNCTION_SYSTEM_PROMPT, FUNCTION_USER_MESSAGE)
 
 
 def validate_record(record: Any, where: str) -> dict[str, Any]:

@@ -19,6 +19,8 @@ from userrl.envs.loading import (
     read_split_items,
     read_userrl_rows,
     source_loader,
+    system_user_prompt,
+    userrl_parquet,
     userrl_task,
 )
 
@@ -50,12 +52,7 @@ USERRL_JSON = {
     "test": Path("gyms/IntentionGym/intentiongym/data/all_intentions_test.json"),
 }
 #: Split name -> parquet file (relative to data_root). The all* files mix every gym; rows are filtered.
-USERRL_PARQUET = {
-    "train": Path("data/intention_multiturn/train.parquet"),
-    "test": Path("data/intention_multiturn/test.parquet"),
-    "alltrain": Path("data/alltrain_multiturn/train.parquet"),
-    "alltest": Path("data/alltest_multiturn/test.parquet"),
-}
+USERRL_PARQUET = userrl_parquet("intention_multiturn")
 
 
 @dataclass(frozen=True)
@@ -78,10 +75,8 @@ def details_of(record: dict[str, Any]) -> tuple[Detail, ...]:
 
 def builtin_prompt(category: str, task: str) -> list[dict[str, str]]:
     """The [system, user] prompt of one builtin request."""
-    return [
-        {"role": "system", "content": INTENTION_SYSTEM_PROMPT},
-        {"role": "user", "content": INTENTION_USER_TEMPLATE.format(category=category, task=task)},
-    ]
+    user = INTENTION_USER_TEMPLATE.format(category=category, task=task)
+    return system_user_prompt(INTENTION_SYSTEM_PROMPT, user)
 
 
 def _importance(value: Any, where: str) -> int:

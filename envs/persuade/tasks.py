@@ -20,6 +20,8 @@ from userrl.envs.loading import (
     read_split_items,
     read_userrl_rows,
     source_loader,
+    system_user_prompt,
+    userrl_parquet,
     userrl_task,
 )
 
@@ -44,20 +46,12 @@ BUILTIN_TASKS_PATH = Path(__file__).resolve().parent / "data" / "claims.json"
 #: Where the original JSON would be; it is not needed and not read (see the module docstring).
 USERRL_JSON = Path("gyms/PersuadeGym/persuadegym/data/all_statements_refined.json")
 #: Split name -> parquet file (relative to data_root). The all* files mix every gym; rows are filtered.
-USERRL_PARQUET = {
-    "train": Path("data/persuasion_multiturn/train.parquet"),
-    "test": Path("data/persuasion_multiturn/test.parquet"),
-    "alltrain": Path("data/alltrain_multiturn/train.parquet"),
-    "alltest": Path("data/alltest_multiturn/test.parquet"),
-}
+USERRL_PARQUET = userrl_parquet("persuasion_multiturn")
 
 
 def builtin_prompt(claim: str) -> list[dict[str, str]]:
     """The [system, user] prompt of one builtin claim."""
-    return [
-        {"role": "system", "content": PERSUADE_SYSTEM_PROMPT},
-        {"role": "user", "content": PERSUADE_USER_TEMPLATE.format(claim=claim)},
-    ]
+    return system_user_prompt(PERSUADE_SYSTEM_PROMPT, PERSUADE_USER_TEMPLATE.format(claim=claim))
 
 
 def validate_item(raw: Any, where: str) -> dict[str, Any]:

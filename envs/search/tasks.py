@@ -28,6 +28,8 @@ from userrl.envs.loading import (
     read_userrl_rows,
     require_file,
     source_loader,
+    system_user_prompt,
+    userrl_parquet,
     userrl_task,
 )
 
@@ -53,20 +55,13 @@ BUILTIN_QUESTIONS_PATH = Path(__file__).resolve().parent / "data" / "questions.j
 USERRL_QUESTIONS_JSON = Path("gyms/SearchGym/searchgym/data/questions.json")
 #: Split name -> parquet file (relative to data_root). Search is evaluation-only in the original: it has
 #: no training file, and the merged training file holds no Search rows.
-USERRL_PARQUET = {
-    "test": Path("data/bamboogle_multiturn/test.parquet"),
-    "alltest": Path("data/alltest_multiturn/test.parquet"),
-    "alltrain": Path("data/alltrain_multiturn/train.parquet"),
-}
+USERRL_PARQUET = userrl_parquet("bamboogle_multiturn", splits=("test",))
 HOP_COUNTS = (1, 2)
 
 
 def builtin_prompt(question: str) -> list[dict[str, str]]:
     """The [system, user] prompt of a builtin question."""
-    return [
-        {"role": "system", "content": SEARCH_SYSTEM_PROMPT},
-        {"role": "user", "content": f"{question}\n{SEARCH_USER_SUFFIX}"},
-    ]
+    return system_user_prompt(SEARCH_SYSTEM_PROMPT, f"{question}\n{SEARCH_USER_SUFFIX}")
 
 
 def validate_record(record: Any, where: str) -> dict[str, Any]:

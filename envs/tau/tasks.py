@@ -18,6 +18,8 @@ from userrl.envs.loading import (
     read_split_items,
     read_userrl_rows,
     source_loader,
+    system_user_prompt,
+    userrl_parquet,
     userrl_task,
 )
 from userrl.envs.tau.database import (
@@ -59,12 +61,7 @@ USERRL_TAU_JSON = {
     "test": Path("gyms/TauGym/taugym/data/tau_test.json"),
 }
 #: Split name -> parquet file (relative to data_root). The all* files mix every gym; rows are filtered.
-USERRL_PARQUET = {
-    "train": Path("data/tau_multiturn/train.parquet"),
-    "test": Path("data/tau_multiturn/test.parquet"),
-    "alltrain": Path("data/alltrain_multiturn/train.parquet"),
-    "alltest": Path("data/alltest_multiturn/test.parquet"),
-}
+USERRL_PARQUET = userrl_parquet("tau_multiturn")
 
 
 def domain_of(task_id: str) -> str:
@@ -74,10 +71,7 @@ def domain_of(task_id: str) -> str:
 
 def builtin_prompt(obs: str) -> list[dict[str, str]]:
     """The [system, user] prompt of a builtin task."""
-    return [
-        {"role": "system", "content": TAU_SYSTEM_PROMPT},
-        {"role": "user", "content": TAU_USER_TEMPLATE.format(obs=obs.strip())},
-    ]
+    return system_user_prompt(TAU_SYSTEM_PROMPT, TAU_USER_TEMPLATE.format(obs=obs.strip()))
 
 
 # ---------------------------------------------------------------------- validation

@@ -16,7 +16,6 @@ from userrl.envs.telepathy import roles
 # fallback from userrl.envs.oracle).
 CORRECT_PREFIX = "Correct! "
 JUDGE_FAILED = "Your guess could not be evaluated. Try again."
-EPISODE_FINISHED = "Episode finished."
 INVALID_ACTION = "Invalid action. Allowed choices: action (a yes/no question), answer (your guess)."
 #: The reset text; like every reset text it is never shown to the agent (0.3).
 WELCOME = "TelepathyGym: the entity is chosen. Ask yes/no questions, then guess it."
@@ -30,6 +29,8 @@ class TelepathyEnv(OracleEnv):
     role_names: ClassVar[tuple[str, ...]] = ROLES
     oracle_role: ClassVar[str] = roles.ORACLE_ROLE
     oracle_system_prompt: ClassVar[str] = roles.ORACLE_SYSTEM_PROMPT
+    welcome: ClassVar[str] = WELCOME
+    invalid_action: ClassVar[str] = INVALID_ACTION
     allowed_choices: ClassVar[tuple[str, ...]] = ("action", "answer")
     # r_final = clip(r * reward_scale - step_penalty * step_count, 0, 1) (section 6).
     normalize_rewards_default: ClassVar[bool] = True
@@ -68,55 +69,26 @@ class TelepathyEnv(OracleEnv):
 
     # ------------------------------------------------------------------ episode state
 
-    def _reset_impl(self) -> tuple[str, dict[str, Any], dict[str, Any]]:
-        self.current_score = 0.0
-        self.best_score = 0.0
-        self.judge_success: bool | None = None
-        self.best_json_response: dict[str, Any] | None = None
+    def _reset_task_state(self) -> None:
         self.response_history: list[dict[str, Any]] = []
-        self.oracle_history: list[tuple[str, str]] = []
-        return WELCOME, self._extra_obs(), self._gym_info()
 
-    def _extra_obs(self) -> dict[str, Any]:
-        return {
-            "entity_title": self._title,
-            "description": self._description,
-            "goal": self._goal,
-            "current_score": self.current_score,
-            "best_score": self.best_score,
-        }
+    def _task_observation(self) -> dict[str, Any]:
+        return {"entity_title": self._title, "description": self._description, "goal": self._goal}
 
-    def _gym_info(self) -> dict[str, Any]:
+    def _task_info(self) -> dict[str, Any]:
         return {
-            "judge_success": self.judge_success,
-            "current_score": self.current_score,
-            "best_score": self.best_score,
-            "best_json_response": copy.deepcopy(self.best_json_response),
             "target_entity": self._target,
             "category": self._category,
             "response_history": copy.deepcopy(self.response_history),
         }
 
-    # ------------------------------------------------------------------ steps
-
-    async def _astep_impl(
-        self, choice: str, content: str
-    ) -> tuple[str, float, bool, dict[str, Any], dict[str, Any]]:
-        reward, terminated = 0.0, False
-        self.judge_success = None  # set only by steps that judge a guess
-        if choice == "action":
-            feedback = await self._ask(content)
-        elif choice == "answer":
-            feedback, reward, terminated = await self._answer(content)
-        elif choice == "finish":
-            feedback, terminated = EPISODE_FINISHED, True
-        else:
-            feedback = INVALID_ACTION
+    def _record_step(self, choice: str, content: str, feedback: str) -> None:
         if choice in ("action", "answer"):
             self.response_history.append(
                 {"step": self.step_count, "choice": choice, "content": content, "response": feedback}
             )
-        return feedback, reward, terminated, self._extra_obs(), self._gym_info()
+
+    # ------------------------------------------------------------------ roles
 
     def _scripted_answer(self, question: str) -> str:
         return roles.scripted_oracle(question, self._keywords)
@@ -143,7 +115,7 @@ class TelepathyEnv(OracleEnv):
             verdict["feedback"] = roles.JUDGE_RIGHT if verdict["judgment"] else roles.JUDGE_WRONG
         return verdict
 
-    async def _answer(self, guess: str) -> tuple[str, float, bool]:
+    async def _judge_answer(self, guess: str) -> tuple[str, float, bool]:
         verdict = await self._judge(guess)
         self.judge_success = verdict is not None
         if verdict is None:
@@ -151,11 +123,5 @@ class TelepathyEnv(OracleEnv):
         else:
             score = 1.0 if verdict["judgment"] else 0.0
             feedback = CORRECT_PREFIX + verdict["feedback"] if score == 1.0 else verdict["feedback"]
-        self.current_score = score
-        gain = max(0.0, score - self.best_score)
-        if verdict is not None and (self.best_json_response is None or score > self.best_score):
-            self.best_json_response = dict(verdict, guess=guess)
-        self.best_score = max(self.best_score, score)
-        # Only answer steps pay: clip(r * reward_scale - step_penalty * step_count, 0, 1) when normalized.
-        reward = self.shaped_reward(gain, self.step_penalty * self.step_count)
+        reward = self._score(score, None if verdict is None else dict(verdict, guess=guess))
         return feedback, reward, score == 1.0

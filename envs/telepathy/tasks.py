@@ -15,6 +15,8 @@ from userrl.envs.loading import (
     read_json_list,
     read_userrl_rows,
     source_loader,
+    system_user_prompt,
+    userrl_parquet,
     userrl_task,
 )
 from userrl.envs.telepathy import facts
@@ -37,21 +39,13 @@ TELEPATHY_SYSTEM_PROMPT = (
 BUILTIN_ENTITIES_PATH = Path(__file__).resolve().parent / "data" / "entities.json"
 USERRL_ENTITIES_JSON = Path("gyms/TelepathyGym/telepathygym/data/all_entities_refined.json")
 #: Split name -> parquet file (relative to data_root). alltrain holds no Telepathy rows (never trained on).
-USERRL_PARQUET = {
-    "train": Path("data/telepathy_multiturn/train.parquet"),
-    "test": Path("data/telepathy_multiturn/test.parquet"),
-    "alltrain": Path("data/alltrain_multiturn/train.parquet"),
-    "alltest": Path("data/alltest_multiturn/test.parquet"),
-}
+USERRL_PARQUET = userrl_parquet("telepathy_multiturn")
 _TEXT_FIELDS = ("id", "title", "description", "goal", "target_entity", "category")
 
 
 def builtin_prompt(description: str) -> list[dict[str, str]]:
     """The [system, user] prompt of a builtin task: the user message is the entity's teaser."""
-    return [
-        {"role": "system", "content": TELEPATHY_SYSTEM_PROMPT},
-        {"role": "user", "content": description},
-    ]
+    return system_user_prompt(TELEPATHY_SYSTEM_PROMPT, description)
 
 
 def validate_entity(record: Any, where: str) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from userrl.envs.loading import (
     read_userrl_rows,
     row_split,
     source_loader,
+    system_user_prompt,
 )
 from userrl.envs.travel.schema import (
     ASPECT_LETTERS,
@@ -89,10 +90,7 @@ class TravelRow:
 
 def builtin_prompt(initial_description: str) -> list[dict[str, str]]:
     """The [system, user] prompt of a builtin scenario: user = initial description + the budget rule."""
-    return [
-        {"role": "system", "content": TRAVEL_SYSTEM_PROMPT},
-        {"role": "user", "content": f"{initial_description.strip()}\n{BUDGET_SENTENCE}"},
-    ]
+    return system_user_prompt(TRAVEL_SYSTEM_PROMPT, f"{initial_description.strip()}\n{BUDGET_SENTENCE}")
 
 
 def _subset_filter(subset: str | Sequence[str] | None) -> frozenset[str] | None:

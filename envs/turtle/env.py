@@ -20,7 +20,6 @@ MORE_TWISTS = "There may be more twists to uncover."
 NOTHING_COVERED = "Your story does not cover any of the key points yet."
 COVERED_COUNT = "Your story covers {k} of {n} key points."
 GRADER_FAILED = "Your story could not be evaluated. Try again."
-EPISODE_FINISHED = "Episode finished."
 INVALID_ACTION = "Invalid action. Allowed choices: action (a yes/no question), answer (your full story)."
 #: The reset text; like every reset text it is never shown to the agent (0.3).
 WELCOME = "TurtleGym: the puzzle is ready. Ask yes/no questions, then tell the full hidden story."
@@ -38,6 +37,8 @@ class TurtleEnv(OracleEnv):
     role_names: ClassVar[tuple[str, ...]] = ROLES
     oracle_role: ClassVar[str] = roles.ORACLE_ROLE
     oracle_system_prompt: ClassVar[str] = roles.ORACLE_SYSTEM_PROMPT
+    welcome: ClassVar[str] = WELCOME
+    invalid_action: ClassVar[str] = INVALID_ACTION
     allowed_choices: ClassVar[tuple[str, ...]] = ("action", "answer")
     # r_final = clip(r * reward_scale - step_penalty * step_count, 0, 1) (section 8).
     normalize_rewards_default: ClassVar[bool] = True
@@ -88,51 +89,20 @@ class TurtleEnv(OracleEnv):
 
     # ------------------------------------------------------------------ episode state
 
-    def _reset_impl(self) -> tuple[str, dict[str, Any], dict[str, Any]]:
-        self.current_score = 0.0
-        self.best_score = 0.0
-        self.judge_success: bool | None = None
-        self.best_json_response: dict[str, Any] | None = None
+    def _reset_task_state(self) -> None:
         self.judge_history: list[dict[str, Any]] = []
-        self.oracle_history: list[tuple[str, str]] = []
-        return WELCOME, self._extra_obs(), self._gym_info()
 
-    def _extra_obs(self) -> dict[str, Any]:
-        return {
-            "story_title": self._title,
-            "story_text": self._surface,
-            "goal": GOAL,
-            "current_score": self.current_score,
-            "best_score": self.best_score,
-        }
+    def _task_observation(self) -> dict[str, Any]:
+        return {"story_title": self._title, "story_text": self._surface, "goal": GOAL}
 
-    def _gym_info(self) -> dict[str, Any]:
+    def _task_info(self) -> dict[str, Any]:
         return {
-            "judge_success": self.judge_success,
-            "current_score": self.current_score,
-            "best_score": self.best_score,
-            "best_json_response": copy.deepcopy(self.best_json_response),
             "total_criteria": len(self._statements),
             "ground_truth": self._bottom,
             "judge_history": copy.deepcopy(self.judge_history),
         }
 
-    # ------------------------------------------------------------------ steps
-
-    async def _astep_impl(
-        self, choice: str, content: str
-    ) -> tuple[str, float, bool, dict[str, Any], dict[str, Any]]:
-        reward, terminated = 0.0, False
-        self.judge_success = None  # set only by steps that grade a story
-        if choice == "action":
-            feedback = await self._ask(content)
-        elif choice == "answer":
-            feedback, reward, terminated = await self._answer(content)
-        elif choice == "finish":
-            feedback, terminated = EPISODE_FINISHED, True
-        else:
-            feedback = INVALID_ACTION
-        return feedback, reward, terminated, self._extra_obs(), self._gym_info()
+    # ------------------------------------------------------------------ roles
 
     def _scripted_answer(self, question: str) -> str:
         return roles.scripted_oracle(question, self._surface_words, self._bottom_words)
@@ -158,7 +128,7 @@ class TurtleEnv(OracleEnv):
         self.record_lm_call(call.role, call.attempts, call.ok, call.latency_s)
         return graded
 
-    async def _answer(self, story: str) -> tuple[str, float, bool]:
+    async def _judge_answer(self, story: str) -> tuple[str, float, bool]:
         graded = await self._grade(story)
         self.judge_success = graded is not None
         if graded is None:
@@ -168,11 +138,7 @@ class TurtleEnv(OracleEnv):
             # Summed in rubric order like the original, so float error below 1.0 stays (hence the tolerance).
             overall = min(1.0, sum(w * s for w, s in zip(self._weights, scores, strict=True)))
             feedback = self._coverage_feedback(scores)
-        self.current_score = overall
-        gain = max(0.0, overall - self.best_score)
-        if graded is not None and (self.best_json_response is None or overall > self.best_score):
-            self.best_json_response = {"scores": graded, "overall": overall}
-        self.best_score = max(self.best_score, overall)
+        reward = self._score(overall, None if graded is None else {"scores": graded, "overall": overall})
         self.judge_history.append(
             {
                 "step": self.step_count,
@@ -182,8 +148,6 @@ class TurtleEnv(OracleEnv):
                 "success": graded is not None,
             }
         )
-        # Only answer steps pay: clip(r * reward_scale - step_penalty * step_count, 0, 1) when normalized.
-        reward = self.shaped_reward(gain, self.step_penalty * self.step_count)
         solved = graded is not None and overall >= self.success_threshold - SUCCESS_TOLERANCE
         return feedback, reward, solved
 

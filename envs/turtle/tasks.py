@@ -17,6 +17,8 @@ from userrl.envs.loading import (
     read_userrl_rows,
     require_file,
     source_loader,
+    system_user_prompt,
+    userrl_parquet,
     userrl_task,
 )
 
@@ -43,12 +45,7 @@ TURTLE_USER_TEMPLATE = (
 BUILTIN_STORIES_PATH = Path(__file__).resolve().parent / "data" / "stories.json"
 USERRL_STORIES_JSON = Path("gyms/TurtleGym/turtlegym/data/all_stories_refined.json")
 #: Split name -> parquet file (relative to data_root). The all* files mix every gym; rows are filtered.
-USERRL_PARQUET = {
-    "train": Path("data/turtle_multiturn/train.parquet"),
-    "test": Path("data/turtle_multiturn/test.parquet"),
-    "alltrain": Path("data/alltrain_multiturn/train.parquet"),
-    "alltest": Path("data/alltest_multiturn/test.parquet"),
-}
+USERRL_PARQUET = userrl_parquet("turtle_multiturn")
 #: Rubric weights must sum to 1 up to this much (the original data is off by float rounding only).
 WEIGHT_SUM_TOLERANCE = 1e-6
 ANSWER_LABELS = ("Yes", "No", "Maybe")
@@ -56,10 +53,7 @@ ANSWER_LABELS = ("Yes", "No", "Maybe")
 
 def builtin_prompt(title: str, surface: str) -> list[dict[str, str]]:
     """The [system, user] prompt of a builtin task."""
-    return [
-        {"role": "system", "content": TURTLE_SYSTEM_PROMPT},
-        {"role": "user", "content": TURTLE_USER_TEMPLATE.format(title=title, surface=surface)},
-    ]
+    return system_user_prompt(TURTLE_SYSTEM_PROMPT, TURTLE_USER_TEMPLATE.format(title=title, surface=surface))
 
 
 def _text(record: dict[str, Any], key: str, where: str, name: str) -> str:
