@@ -26,6 +26,7 @@ import base64
 import concurrent.futures
 import inspect
 import json
+import logging
 import os
 import random
 import socket
@@ -464,6 +465,7 @@ def start_fuzz_server(model: str = "tiny-random", api_key_env: str = "USERRL_FUZ
     from userrl.serving.config import ServeConfig
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    logging.getLogger("ray.serve").setLevel(logging.WARNING)
     key = os.environ.setdefault(api_key_env, "sk-fuzz-" + os.urandom(8).hex())
     if not ray.is_initialized():
         # Serve logs one line per request: 1,000 of them would bury the table.

@@ -96,3 +96,28 @@ def test_a_template_error_is_a_400(tiny_model):
     with pytest.raises(APIError) as caught:
         engine.prepare(parse_request(VALID))
     assert caught.value.status == 400 and "no system message allowed" in caught.value.message
+
+
+def test_starlette_errors_and_failures_have_the_openai_shape():
+    """Routes FastAPI answers itself, and an exception in a handler, still give OpenAI error bodies."""
+    from starlette.testclient import TestClient
+
+    from userrl.serving.app import fastapi_app
+
+    async def fail() -> None:
+        raise RuntimeError("a replica died")
+
+    fastapi_app.add_api_route("/test-only/fail", fail)
+    try:
+        client = TestClient(fastapi_app, raise_server_exceptions=False)
+        failed = client.get("/test-only/fail")
+        missing = client.get("/v1/embeddings")
+        method = client.post("/health")
+    finally:
+        fastapi_app.router.routes.pop()
+    assert failed.status_code == 500
+    assert failed.json()["error"] == {"message": "the server failed on this request (RuntimeError); see the server log",
+                                      "type": "server_error", "param": None, "code": "internal_error"}
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+    assert method.status_code == 405 and method.json()["error"]["code"] == "method_not_allowed"
+    assert method.headers["allow"] == "GET"
