@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
 from userrl.envs.base import Task
+
+logger = logging.getLogger(__name__)
 
 #: The original mixtures of every gym (rows are filtered by data_source), relative to data_root.
 MIXTURE_PARQUET = {
@@ -218,3 +221,36 @@ def userrl_task(
         return Task(gym, key, list(row["prompt"]), data, split=row_split(row, split), source="userrl")
     except ValueError as exc:
         raise ValueError(f"{where} ({key!r}): {exc}") from exc
+
+
+def resolve_userrl_rows(
+    gym: str,
+    split: str,
+    path: Path,
+    data_source: str,
+    lookup: Callable[[Any], dict[str, Any] | None],
+    *,
+    key: str = "id",
+    what: str,
+    missing: str,
+    columns: Sequence[str] = ("data_source", "prompt", "extra_info"),
+    check: Callable[[dict[str, Any], dict[str, Any], str], None] | None = None,
+) -> list[Task]:
+    """The Tasks of one gym's original parquet rows at path, each resolved through its lookup key.
+
+    Every row's create_kwargs[key] goes to lookup (its record, or None: ValueError "row N has <what> K,
+    which is <missing>"); check(row, record, where) may compare the row's own copies with the record.
+    """
+    tasks = []
+    for index, row in enumerate(read_userrl_rows(path, data_source, columns)):
+        where = f"{path}: row {index}"
+        item_key = create_kwargs(row).get(key)
+        record = lookup(item_key)
+        if record is None:
+            raise ValueError(f"{where} has {what} {item_key!r}, which is {missing}")
+        if check is not None:
+            check(row, record, f"{where} ({item_key!r})")
+        tasks.append(userrl_task(gym, item_key, row, dict(record), split, where))
+    if not tasks:
+        logger.warning("%s has no %s rows", path, data_source)
+    return tasks

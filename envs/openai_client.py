@@ -1,4 +1,4 @@
-"""The `llm` backend of the gym roles: a RoleClient over any OpenAI-compatible chat-completions server.
+"""The `openai` backend of the gym roles: a RoleClient over any OpenAI-compatible chat-completions server.
 
 GYMS.md 0.6: one system + one user message per call, a per-attempt timeout, bounded retries with a
 pause, extraction/validation failures count as failed attempts, and after the last attempt the value is

@@ -12,16 +12,14 @@ from userrl.envs.function.safe_eval import Formula, RuleError
 from userrl.envs.loading import (
     check_builtin_split,
     check_userrl_split,
-    create_kwargs,
     index_by_id,
     item_id_of,
     read_json_array,
     read_json_list,
-    read_userrl_rows,
+    resolve_userrl_rows,
     source_loader,
     system_user_prompt,
     userrl_parquet,
-    userrl_task,
 )
 
 GYM = "function"
@@ -116,18 +114,9 @@ def load_userrl_tasks(split: str, data_root: str | Path) -> list[Task]:
     """Original parquet rows of one split (train, test, alltrain, alltest) resolved against functions.json."""
     check_userrl_split(GYM, split, USERRL_PARQUET)
     functions = load_userrl_functions(data_root)
-    functions_path = Path(data_root) / USERRL_FUNCTIONS_JSON
+    missing = f"not in {Path(data_root) / USERRL_FUNCTIONS_JSON}"
     path = Path(data_root) / USERRL_PARQUET[split]
-    rows = read_userrl_rows(path, DATA_SOURCE, ["data_source", "prompt", "extra_info"])
-    tasks = []
-    for index, row in enumerate(rows):
-        item_id = create_kwargs(row).get("id")
-        if item_id not in functions:
-            raise ValueError(
-                f"{path}: row {index} has function id {item_id!r}, which is not in {functions_path}"
-            )
-        tasks.append(userrl_task(GYM, item_id, row, dict(functions[item_id]), split, f"{path}: row {index}"))
-    return tasks
+    return resolve_userrl_rows(GYM, split, path, DATA_SOURCE, functions.get, what="function id", missing=missing)
 
 
 #: load_function_tasks(split, source, data_root, difficulty=None): the registry's loader of Function tasks.

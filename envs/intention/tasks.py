@@ -17,11 +17,10 @@ from userrl.envs.loading import (
     nonempty_text,
     read_json_array,
     read_split_items,
-    read_userrl_rows,
+    resolve_userrl_rows,
     source_loader,
     system_user_prompt,
     userrl_parquet,
-    userrl_task,
 )
 
 GYM = "intention"
@@ -169,23 +168,20 @@ def load_userrl_tasks(
     check_userrl_split(GYM, split, USERRL_PARQUET)
     wanted = _categories(category)
     items = load_userrl_items(data_root)
+    missing = f"in neither {USERRL_JSON['train'].name} nor {USERRL_JSON['test'].name}"
     path = Path(data_root) / USERRL_PARQUET[split]
-    tasks = []
-    for index, row in enumerate(read_userrl_rows(path, DATA_SOURCE, ["data_source", "prompt", "extra_info"])):
-        kwargs = create_kwargs(row)
-        item_id = kwargs.get("id")
-        if item_id not in items:
-            raise ValueError(
-                f"{path}: row {index} has intention id {item_id!r}, which is in neither "
-                f"{USERRL_JSON['train'].name} nor {USERRL_JSON['test'].name}"
-            )
-        record = items[item_id]
-        for key in ("task", "category"):
-            # The row repeats these fields; a disagreement means the parquet and JSON files do not match.
-            if kwargs.get(key) is not None and kwargs[key] != record[key]:
-                raise ValueError(f"{path}: row {index} ({item_id!r}) has a {key} that differs from the JSON")
-        tasks.append(userrl_task(GYM, item_id, row, dict(record), split, f"{path}: row {index}"))
+    tasks = resolve_userrl_rows(
+        GYM, split, path, DATA_SOURCE, items.get, what="intention id", missing=missing, check=_same_request
+    )
     return tasks if wanted is None else [t for t in tasks if t.data["category"] in wanted]
+
+
+def _same_request(row: dict[str, Any], record: dict[str, Any], where: str) -> None:
+    kwargs = create_kwargs(row)
+    for key in ("task", "category"):
+        # The row repeats these fields; a disagreement means the parquet and JSON files do not match.
+        if kwargs.get(key) is not None and kwargs[key] != record[key]:
+            raise ValueError(f"{where} has a {key} that differs from the JSON")
 
 
 #: load_intention_tasks(split, source, data_root, category=None): the registry's loader of Intention tasks.

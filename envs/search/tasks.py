@@ -20,17 +20,15 @@ from userrl.envs.base import Task
 from userrl.envs.loading import (
     check_builtin_split,
     check_userrl_split,
-    create_kwargs,
     index_by_id,
     item_id_of,
     read_json_array,
     read_split_items,
-    read_userrl_rows,
     require_file,
+    resolve_userrl_rows,
     source_loader,
     system_user_prompt,
     userrl_parquet,
-    userrl_task,
 )
 
 GYM = "search"
@@ -144,24 +142,20 @@ def load_userrl_tasks(split: str, data_root: str | Path) -> list[Task]:
     )
     questions = load_userrl_questions(data_root)
     questions_path = Path(data_root) / USERRL_QUESTIONS_JSON
-    path = Path(data_root) / USERRL_PARQUET[split]
-    rows = read_userrl_rows(path, DATA_SOURCE, ["data_source", "prompt", "reward_model", "extra_info"])
-    tasks = []
-    for index, row in enumerate(rows):
-        item_id = create_kwargs(row).get("id")
-        if item_id not in questions:
-            raise ValueError(
-                f"{path}: row {index} has question id {item_id!r}, which is not in {questions_path}"
-            )
-        record = questions[item_id]
+
+    def same_answer(row: dict[str, Any], record: dict[str, Any], where: str) -> None:
         truth = (row.get("reward_model") or {}).get("ground_truth")
         if truth is not None and truth.strip() != record["answer"]:
             raise ValueError(
-                f"{path}: row {index} ({item_id!r}) has ground_truth {truth!r}, but {questions_path} "
-                f"gives the answer {record['answer']!r}"
+                f"{where} has ground_truth {truth!r}, but {questions_path} gives the answer {record['answer']!r}"
             )
-        tasks.append(userrl_task(GYM, item_id, row, dict(record), split, f"{path}: row {index}"))
-    return tasks
+
+    path = Path(data_root) / USERRL_PARQUET[split]
+    columns = ["data_source", "prompt", "reward_model", "extra_info"]
+    return resolve_userrl_rows(
+        GYM, split, path, DATA_SOURCE, questions.get, what="question id", missing=f"not in {questions_path}",
+        columns=columns, check=same_answer,
+    )
 
 
 #: load_search_tasks(split, source, data_root, hops=None): the registry's loader of Search tasks.

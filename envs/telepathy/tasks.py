@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -10,18 +9,14 @@ from userrl.envs.base import Task
 from userrl.envs.loading import (
     check_builtin_split,
     check_userrl_split,
-    create_kwargs,
     read_json_array,
     read_json_list,
-    read_userrl_rows,
+    resolve_userrl_rows,
     source_loader,
     system_user_prompt,
     userrl_parquet,
-    userrl_task,
 )
 from userrl.envs.telepathy import facts
-
-logger = logging.getLogger(__name__)
 
 GYM = "telepathy"
 DATA_SOURCE = "interact_telepathygym"
@@ -124,20 +119,13 @@ def load_userrl_tasks(split: str, data_root: str | Path) -> list[Task]:
     """Original parquet rows of one split (train, test, alltrain, alltest) resolved by title (or id)."""
     check_userrl_split(GYM, split, USERRL_PARQUET)
     entities = load_userrl_entities(data_root)
-    entities_path = Path(data_root) / USERRL_ENTITIES_JSON
+
+    def lookup(title: Any) -> dict[str, Any] | None:
+        return (entities.get(title.casefold()) or entities.get(title)) if isinstance(title, str) else None
+
     path = Path(data_root) / USERRL_PARQUET[split]
-    tasks = []
-    for index, row in enumerate(read_userrl_rows(path, DATA_SOURCE, ["data_source", "prompt", "extra_info"])):
-        title = create_kwargs(row).get("title")
-        entity = (entities.get(title.casefold()) or entities.get(title)) if isinstance(title, str) else None
-        if entity is None:
-            raise ValueError(
-                f"{path}: row {index} has telepathy title {title!r}, which is not in {entities_path}"
-            )
-        tasks.append(userrl_task(GYM, title, row, dict(entity), split, f"{path}: row {index}"))
-    if not tasks:
-        logger.warning("%s has no %s rows", path, DATA_SOURCE)
-    return tasks
+    missing = f"not in {Path(data_root) / USERRL_ENTITIES_JSON}"
+    return resolve_userrl_rows(GYM, split, path, DATA_SOURCE, lookup, key="title", what="telepathy title", missing=missing)
 
 
 #: load_telepathy_tasks(split, source, data_root, category=None): the registry's loader of Telepathy tasks.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -11,18 +10,14 @@ from userrl.envs.base import Task
 from userrl.envs.loading import (
     check_builtin_split,
     check_userrl_split,
-    create_kwargs,
     read_json,
     read_json_list,
-    read_userrl_rows,
     require_file,
+    resolve_userrl_rows,
     source_loader,
     system_user_prompt,
     userrl_parquet,
-    userrl_task,
 )
-
-logger = logging.getLogger(__name__)
 
 GYM = "turtle"
 DATA_SOURCE = "interact_turtlegym"
@@ -171,20 +166,13 @@ def load_userrl_tasks(split: str, data_root: str | Path) -> list[Task]:
     """Original parquet rows of one split (train, test, alltrain, alltest) resolved by title."""
     check_userrl_split(GYM, split, USERRL_PARQUET)
     stories = load_userrl_stories(data_root)
-    stories_path = Path(data_root) / USERRL_STORIES_JSON
+
+    def lookup(title: Any) -> dict[str, Any] | None:
+        return stories.get(title.casefold()) if isinstance(title, str) else None
+
     path = Path(data_root) / USERRL_PARQUET[split]
-    tasks = []
-    for index, row in enumerate(read_userrl_rows(path, DATA_SOURCE, ["data_source", "prompt", "extra_info"])):
-        title = create_kwargs(row).get("title")
-        story = stories.get(title.casefold()) if isinstance(title, str) else None
-        if story is None:
-            raise ValueError(
-                f"{path}: row {index} has turtle title {title!r}, which is not in {stories_path}"
-            )
-        tasks.append(userrl_task(GYM, title, row, dict(story), split, f"{path}: row {index}"))
-    if not tasks:
-        logger.warning("%s has no %s rows", path, DATA_SOURCE)
-    return tasks
+    missing = f"not in {Path(data_root) / USERRL_STORIES_JSON}"
+    return resolve_userrl_rows(GYM, split, path, DATA_SOURCE, lookup, key="title", what="turtle title", missing=missing)
 
 
 #: load_turtle_tasks(split, source, data_root): the registry's loader of Turtle tasks.
