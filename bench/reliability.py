@@ -2,12 +2,21 @@
 
     .venv/bin/python bench/reliability.py --scenario 7              # 1,000 malformed requests to Serve
     .venv/bin/python bench/reliability.py --scenario 7 --requests 300
+    .venv/bin/python bench/reliability.py --scenario 4 --scenario 5  # learner killed mid-update / mid-checkpoint
     .venv/bin/python bench/reliability.py --list
 
 A scenario function returns a `ScenarioResult`: a table of what was sent, what came back and what was
 lost, free-form notes, and `ok`. Add a scenario by decorating a function with `@scenario(number, title)`;
 the CLI passes `--requests`, `--seed` and `--url` to the scenarios whose signature takes them. Exit
 status 1 when a scenario is not ok. Everything runs on this machine: servers listen on loopback only.
+
+Scenarios 4 and 5 (`scenario_4_learner_killed`, `scenario_5_killed_while_checkpointing`): a small
+training run (tiny-random, 2 learners, 4 iterations, a checkpoint every 2) with `USERRL_FAULT` set
+(userrl/faults.py): learner rank 1 SIGKILLed in the update of the last iteration, or rank 0 SIGKILLed
+between writing `iter_000004.tmp` and renaming it. Ray Train restarts the learner group, which resumes
+from the newest complete checkpoint; the table says what was restarted and re-run, the notes the time
+from the kill to the restarted group, leftover .tmp folders, and the final weights against an
+uninterrupted run's (`details` has the same as a dict).
 
 Scenario 7 (`scenario_7_serve_fuzz`): malformed requests to the Serve endpoint, in families (random
 bytes, broken JSON, wrong JSON types, huge and negative numbers, bad tool schemas, oversized prompts and
