@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import random
@@ -31,6 +32,11 @@ def needs_shared_file(path: Path) -> pytest.MarkDecorator:
 
 
 # ---------------------------------------------------------------- envs
+
+
+def invalid_action_feedback(env_cls: type) -> str:
+    """A gym's reply to an action without a choice it handles (its env module's INVALID_ACTION)."""
+    return importlib.import_module(env_cls.__module__).INVALID_ACTION
 
 
 def step(env: Any, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:

@@ -6,17 +6,21 @@ the same for all eight lives here, checked on each gym's first builtin train tas
 
 from __future__ import annotations
 
-import importlib
 from functools import cache
 from typing import Any
 
 import gymnasium
 import numpy as np
 import pytest
-from gym_helpers import FakeRoleClient, check_env_without_warnings, global_rngs_untouched
+from gym_helpers import (
+    FakeRoleClient,
+    check_env_without_warnings,
+    global_rngs_untouched,
+    invalid_action_feedback,
+)
 
 from userrl.envs import GYMNASIUM_IDS, GYMS, Task, load_tasks, make_env, solve_episode, uses_role_client
-from userrl.envs.base import BACKENDS, ENDED_FEEDBACK, TOOL_CHOICES, MultiTurnEnv
+from userrl.envs.base import BACKENDS, ENDED_FEEDBACK, TOOL_CHOICES
 from userrl.envs.registry import gym_record
 from userrl.envs.solving import UngroundedTask
 
@@ -33,11 +37,6 @@ def train_keys(name: str) -> frozenset[str]:
 def first_task(name: str) -> Task:
     """A fresh copy of the gym's first builtin train task."""
     return load_tasks(name, "train")[0]
-
-
-def invalid_action_feedback(env_cls: type[MultiTurnEnv]) -> str:
-    """The gym's reply to an action without a known choice (its module's INVALID_ACTION)."""
-    return importlib.import_module(env_cls.__module__).INVALID_ACTION
 
 
 def role_kwargs(name: str, backend: str) -> dict[str, Any]:
@@ -242,6 +241,20 @@ def test_role_backends_are_checked(name: str) -> None:
     mixed = make_env(name, first_task(name), backend="scripted", role_backends={role: "openai"}, llm=FakeRoleClient())
     assert mixed.role_backends[role] == "openai"
     assert all(b == "scripted" for r, b in mixed.role_backends.items() if r != role)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_env_runner_passes_a_client_exactly_to_the_gyms_that_take_one(name: str) -> None:
+    from userrl.actors.env_runner import (
+        accepts_llm,  # the rollout side's question, answered by the declaration
+    )
+
+    client = FakeRoleClient()
+    if accepts_llm(name):
+        assert make_env(name, first_task(name), backend="openai", llm=client).llm is client
+    else:
+        with pytest.raises(TypeError):
+            make_env(name, first_task(name), backend="openai", llm=client)
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if not GYMS[n].uses_role_client])

@@ -13,7 +13,6 @@ reliability bench runs 10,000).
 from __future__ import annotations
 
 import copy
-import importlib
 import json
 import math
 import os
@@ -23,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from gym_helpers import invalid_action_feedback
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -115,11 +115,6 @@ def fuzz_tasks(name: str) -> tuple[Task, ...]:
     return tuple(load_tasks(name, "train")[:TASKS_PER_GYM])
 
 
-def invalid_action_feedback(name: str) -> str:
-    """The gym's reply to an action without a known choice."""
-    return importlib.import_module(GYMS[name].__module__).INVALID_ACTION
-
-
 def advance(env: Any, name: str, task: Task, steps: int) -> bool:
     """Play up to `steps` solver steps (a mid-episode state); whether the episode is still running."""
     try:
@@ -151,7 +146,7 @@ def check_step(env: Any, name: str, action: str) -> None:
     if was_done:
         assert (feedback, reward, terminated) == (ENDED_FEEDBACK, 0.0, True), where
     elif parse_action(action)[0] == "none":
-        assert feedback == invalid_action_feedback(name) and reward == 0.0, where
+        assert feedback == invalid_action_feedback(GYMS[name]) and reward == 0.0, where
 
 
 @pytest.mark.parametrize("name", NAMES)
