@@ -28,7 +28,8 @@ POINTS = ("update", "checkpoint")
 def parse(spec: str) -> tuple[str, int, int | None]:
     """`point:iteration[:rank]` -> (point, iteration, rank or None); ValueError names a bad spec."""
     parts = spec.split(":")
-    if len(parts) not in (2, 3) or parts[0] not in POINTS or not all(p.isdigit() for p in parts[1:]):
+    sizes = (2, 3) if parts[0] == "update" else (2,)  # only rank 0 writes checkpoints
+    if parts[0] not in POINTS or len(parts) not in sizes or not all(p.isdigit() for p in parts[1:]):
         raise ValueError(f"{ENV}={spec!r}: expected update:<iteration>[:<rank>] or checkpoint:<iteration>")
     return parts[0], int(parts[1]), int(parts[2]) if len(parts) == 3 else None
 
