@@ -76,6 +76,10 @@ class EnvConfig(_Section):
     )
     local_user_model: str = Field("smollm2-135m", description="Model of the local user replicas.")
     local_user_replicas: int = Field(1, ge=1, description="Replicas of local_user_model (backend local).")
+    role_failure: Literal["abort", "fallback"] = Field(
+        "abort", description="A simulated user's or judge's call that still fails after its retries: abort "
+        "(the episode is aborted, counted per gym and left out of the update) or fallback (the gym's "
+        "fallback reply stands in, GYMS.md 0.6).")
 
 
 class EnvRunnerConfig(_Section):

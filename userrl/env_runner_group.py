@@ -168,7 +168,20 @@ class EnvRunnerGroup:
         """Send new weights to every replica (through the object store); returns seconds."""
         start = time.perf_counter()
         self._weights, self.version = ray.put(state_dict), version
-        ray.get([replica.load_weights.remote(self._weights, version) for replica in self.replicas])
+        pending = {replica.load_weights.remote(self._weights, version): replica for replica in self.replicas}
+        for attempt in range(3):
+            failed = {}
+            for ref, replica in pending.items():
+                try:
+                    ray.get(ref)
+                except _ACTOR_DOWN as error:  # died during the sync: Ray restarts it, the call waits for that
+                    if not self.restart or attempt == 2:
+                        raise RuntimeError(f"policy replica died during the weight sync ({error})") from error
+                    failed[replica.load_weights.remote(self._weights, version)] = replica
+            if not failed:
+                break
+            self.counters["replica_restarts"] += len(failed)
+            pending = failed
         return time.perf_counter() - start
 
     def sleep_replicas(self) -> float:
