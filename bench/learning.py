@@ -295,8 +295,8 @@ def main() -> int:
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
     args = parser.parse_args()
 
+    from userrl.commands.sweep import load_sweep
     from userrl.config import ConfigError
-    from userrl.sweep import load_sweep
 
     common = [f"{key}={value}" for key, value in (
         ("experiment.output_dir", args.output_dir), ("policy.model", args.model),

@@ -21,8 +21,8 @@ from userrl.chat import (
     parse_bracket,
     tool_call_blocks,
 )
+from userrl.commands.export import USERRL_META, tool_chat_template
 from userrl.engines.base import GenerationOutput, GenerationRequest
-from userrl.export import USERRL_META, tool_chat_template
 from userrl.serving.protocol import APIError, ChatCompletionRequest
 
 # The tool_call protocol's block, as userrl.chat parses it (an unclosed block at the end still counts).

@@ -102,28 +102,28 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     """Evaluate a checkpoint, the configured model or an OpenAI-compatible endpoint on the test splits."""
-    from userrl.evaluation import cli_evaluate
+    from userrl.commands.evaluate import cli_evaluate
 
     return cli_evaluate(args, console)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Run (or resume) a Ray Tune sweep described by a sweep file."""
-    from userrl.sweep import cli_sweep
+    from userrl.commands.sweep import cli_sweep
 
     return cli_sweep(args, console)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Write a Markdown/HTML report with tables and learning curves from an experiment's MLflow runs."""
-    from userrl.report import cli_report
+    from userrl.commands.report import cli_report
 
     return cli_report(args, console)
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     """Export a checkpoint as a Hugging Face model folder."""
-    from userrl.export import cli_export
+    from userrl.commands.export import cli_export
 
     return cli_export(args, console)
 
@@ -137,7 +137,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def cmd_play(args: argparse.Namespace) -> int:
     """Play the agent's side of a gym in the terminal."""
-    from userrl.play import play
+    from userrl.commands.play import play
 
     play(args.gym, split=args.split, index=args.index, task_id=args.task, seed=args.seed, source=args.source,
          data_root=args.data_root, console=console)

@@ -19,9 +19,9 @@ from typing import Any
 
 from fastapi.responses import FileResponse, JSONResponse, Response
 
+from userrl.commands.play import pick_task
 from userrl.engines.base import GenerationOutput, GenerationRequest
 from userrl.envs import GYMS, MultiTurnEnv, StepResult, Task, load_tasks, make_env
-from userrl.play import pick_task
 from userrl.rollout import RolloutLimits, TokenPolicy, run_episode
 from userrl.serving.protocol import APIError
 

@@ -18,10 +18,10 @@ from mlflow import MlflowClient
 
 from userrl.chat import TOOL_NAME
 from userrl.cli import main
+from userrl.commands.evaluate import Episode, episode_spec, run_evaluation
 from userrl.config import load_config
 from userrl.envs import load_tasks, make_env, make_solver
 from userrl.envs.solving import play_episode
-from userrl.evaluation import Episode, episode_spec, run_evaluation
 from userrl.rollout import request_seed
 
 MAX_TURNS = 8

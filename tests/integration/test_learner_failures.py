@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 from userrl import faults
 from userrl.algorithm import GRPOMultiTurnConfig
-from userrl.sweep import latest_checkpoint
+from userrl.commands.sweep import latest_checkpoint
 
 pytestmark = pytest.mark.slow
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from userrl.envs import load_tasks
-from userrl.eval_metrics import (
+from userrl.commands.eval_metrics import (
     aspect_count,
     episodes_frame,
     flat_metrics,
@@ -18,6 +17,7 @@ from userrl.eval_metrics import (
     travel_pass_score,
     travel_subset_metrics,
 )
+from userrl.envs import load_tasks
 
 
 def episode(gym: str, item: str, pass_index: int, turns: list[tuple[str, str, float, bool]] | None = None,

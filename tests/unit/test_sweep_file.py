@@ -7,8 +7,8 @@ import pytest
 import yaml
 
 from userrl.cli import main
+from userrl.commands.sweep import grid_points, latest_checkpoint, load_sweep, trial_cpus, trial_label
 from userrl.config import ConfigError
-from userrl.sweep import grid_points, latest_checkpoint, load_sweep, trial_cpus, trial_label
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = str(REPO / "experiments" / "quickstart.yaml")

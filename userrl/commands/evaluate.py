@@ -28,9 +28,9 @@ from rich.console import Console
 from rich.table import Table
 
 from userrl.actors.env_runner import EpisodeSpec
+from userrl.commands.eval_metrics import EPISODE_SCHEMA, TRAVEL, flat_metrics, summarize
 from userrl.config import GymSpec, UserRLConfig, load_config
 from userrl.envs import GYMS, Task, load_tasks
-from userrl.eval_metrics import EPISODE_SCHEMA, TRAVEL, flat_metrics, summarize
 from userrl.trajectory import Trajectory
 
 log = logging.getLogger(__name__)
