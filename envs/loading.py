@@ -116,7 +116,18 @@ def read_split_items(
     return items
 
 
-# ---------------------------------------------------------------- splits and sources
+# ---------------------------------------------------------------- splits, filters and sources
+
+
+def label_filter(gym: str, what: str, value: Any, known: Collection[Any] | None = None) -> frozenset[Any] | None:
+    """The labels a loader filter keeps (one label or several; None keeps all); ValueError on unknown ones."""
+    if value is None:
+        return None
+    wanted = frozenset([value] if isinstance(value, str | int) else value)
+    unknown = sorted(wanted - set(known)) if known is not None else []
+    if unknown:
+        raise ValueError(f"unknown {gym} {what} {unknown}; known: {sorted(known)}")
+    return wanted
 
 
 def check_builtin_split(gym: str, split: str) -> None:

@@ -14,6 +14,7 @@ from userrl.envs.loading import (
     check_userrl_split,
     index_by_id,
     item_id_of,
+    label_filter,
     read_json_array,
     read_json_list,
     resolve_userrl_rows,
@@ -71,24 +72,12 @@ def validate_record(record: Any, where: str) -> dict[str, Any]:
     return {"id": item_id, "rule": rule, "test_case": list(test_case), "expected_result": float(expected)}
 
 
-def _difficulty_filter(difficulty: int | Sequence[int] | None) -> frozenset[int] | None:
-    if difficulty is None:
-        return None
-    levels = frozenset([difficulty] if isinstance(difficulty, int) else difficulty)
-    bad = sorted(levels - set(DIFFICULTY_LEVELS))
-    if bad:
-        raise ValueError(
-            f"unknown function difficulty levels {bad}; known levels are {list(DIFFICULTY_LEVELS)}"
-        )
-    return levels
-
-
 def load_builtin_tasks(
     split: str = "train", difficulty: int | Sequence[int] | None = None, path: str | Path | None = None
 ) -> list[Task]:
     """Our own generated tasks (function/data/tasks.json) of one split, optionally of some levels."""
     check_builtin_split(GYM, split)
-    levels = _difficulty_filter(difficulty)
+    levels = label_filter(GYM, "difficulty levels", difficulty, DIFFICULTY_LEVELS)
     path = Path(path) if path is not None else BUILTIN_TASKS_PATH
     tasks = []
     for raw in read_json_list(path, "tasks"):

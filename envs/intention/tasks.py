@@ -14,6 +14,7 @@ from userrl.envs.loading import (
     create_kwargs,
     index_by_id,
     item_id_of,
+    label_filter,
     nonempty_text,
     read_json_array,
     read_split_items,
@@ -121,12 +122,6 @@ def validate_item(raw: Any, where: str) -> dict[str, Any]:
     }
 
 
-def _categories(category: str | Sequence[str] | None) -> frozenset[str] | None:
-    if category is None:
-        return None
-    return frozenset([category] if isinstance(category, str) else category)
-
-
 def read_builtin_items(path: str | Path | None = None) -> list[dict[str, Any]]:
     """Every builtin item (validated, with its split) in file order."""
     return read_split_items(Path(path) if path is not None else BUILTIN_TASKS_PATH, "tasks", validate_item)
@@ -137,7 +132,7 @@ def load_builtin_tasks(
 ) -> list[Task]:
     """Our own requests (intention/data/intentions.json) of one split, optionally of some categories."""
     check_builtin_split(GYM, split)
-    wanted = _categories(category)
+    wanted = label_filter(GYM, "categories", category)
     tasks = []
     for item in read_builtin_items(path):
         if item["split"] != split or (wanted is not None and item["category"] not in wanted):
@@ -166,7 +161,7 @@ def load_userrl_tasks(
     """Original parquet rows of one split (train, test, alltrain, alltest) resolved against the JSON files,
     optionally of some categories."""
     check_userrl_split(GYM, split, USERRL_PARQUET)
-    wanted = _categories(category)
+    wanted = label_filter(GYM, "categories", category)
     items = load_userrl_items(data_root)
     missing = f"in neither {USERRL_JSON['train'].name} nor {USERRL_JSON['test'].name}"
     path = Path(data_root) / USERRL_PARQUET[split]

@@ -22,6 +22,7 @@ from userrl.envs.loading import (
     check_userrl_split,
     index_by_id,
     item_id_of,
+    label_filter,
     read_json_array,
     read_split_items,
     require_file,
@@ -72,16 +73,6 @@ def validate_record(record: Any, where: str) -> dict[str, Any]:
     return {"id": item_id, "question": record["question"].strip(), "answer": record["answer"].strip()}
 
 
-def _hops_filter(hops: int | Sequence[int] | None) -> frozenset[int] | None:
-    if hops is None:
-        return None
-    counts = frozenset([hops] if isinstance(hops, int) else hops)
-    bad = sorted(counts - set(HOP_COUNTS))
-    if bad:
-        raise ValueError(f"unknown search hop counts {bad}; builtin questions have {list(HOP_COUNTS)} hops")
-    return counts
-
-
 def _builtin_record(raw: Any, where: str) -> dict[str, Any]:
     record = validate_record(raw, where)
     hops, plan, supporting = raw.get("hops"), raw.get("search_plan"), raw.get("supporting")
@@ -106,7 +97,7 @@ def load_builtin_tasks(
 ) -> list[Task]:
     """Our own questions (search/data/questions.json) of one split, optionally of some hop counts."""
     check_builtin_split(GYM, split)
-    wanted = _hops_filter(hops)
+    wanted = label_filter(GYM, "hop counts", hops, HOP_COUNTS)
     path = Path(path) if path is not None else BUILTIN_QUESTIONS_PATH
     # Search's loader has always given the data_root hint for a missing builtin file too; keep that message.
     require_file(path)

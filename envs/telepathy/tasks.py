@@ -9,6 +9,7 @@ from userrl.envs.base import Task
 from userrl.envs.loading import (
     check_builtin_split,
     check_userrl_split,
+    label_filter,
     read_json_array,
     read_json_list,
     resolve_userrl_rows,
@@ -93,12 +94,7 @@ def load_builtin_tasks(
 ) -> list[Task]:
     """Our own entities (telepathy/data/entities.json) of one split, optionally of some categories."""
     check_builtin_split(GYM, split)
-    wanted = {category} if isinstance(category, str) else set(category) if category is not None else None
-    if wanted is not None and wanted - set(facts.CATEGORY_NOUNS):
-        raise ValueError(
-            f"unknown telepathy categories {sorted(wanted - set(facts.CATEGORY_NOUNS))}; "
-            f"known: {sorted(facts.CATEGORY_NOUNS)}"
-        )
+    wanted = label_filter(GYM, "categories", category, facts.CATEGORY_NOUNS)
     tasks = []
     for entity in read_builtin_entities(path):
         if entity.pop("split") != split or (wanted is not None and entity["category"] not in wanted):

@@ -19,6 +19,7 @@ from userrl.envs.loading import (
     check_builtin_split,
     check_userrl_split,
     create_kwargs,
+    label_filter,
     read_json,
     read_userrl_rows,
     row_split,
@@ -93,16 +94,6 @@ def builtin_prompt(initial_description: str) -> list[dict[str, str]]:
     return system_user_prompt(TRAVEL_SYSTEM_PROMPT, f"{initial_description.strip()}\n{BUDGET_SENTENCE}")
 
 
-def _subset_filter(subset: str | Sequence[str] | None) -> frozenset[str] | None:
-    if subset is None:
-        return None
-    wanted = frozenset([subset] if isinstance(subset, str) else subset)
-    bad = sorted(wanted - set(SUBSETS))
-    if bad:
-        raise ValueError(f"unknown travel sub-sets {bad}; known sub-sets are {list(SUBSETS)}")
-    return wanted
-
-
 @cache
 def _scenario_file(path: str, mtime_ns: int, size: int) -> dict[str, dict[str, Any]]:
     # Keyed by modification time too, so a rewritten file is read again; otherwise once per process.
@@ -144,7 +135,7 @@ def load_builtin_tasks(
 ) -> list[Task]:
     """Our generated scenarios of one split (travel/data), optionally of some sub-sets."""
     check_builtin_split(GYM, split)
-    wanted = _subset_filter(subset)
+    wanted = label_filter(GYM, "sub-sets", subset, SUBSETS)
     data_dir = Path(data_dir) if data_dir is not None else DATA_DIR
     splits_path = data_dir / BUILTIN_SPLITS_PATH.name
     splits = read_json(splits_path)
@@ -195,7 +186,7 @@ def read_travel_rows(
 ) -> list[TravelRow]:
     """The original Travel parquet rows of one split (train, test: the eight sub-sets; alltrain, alltest)."""
     check_userrl_split(GYM, split, USERRL_SPLITS)
-    wanted = _subset_filter(subset)
+    wanted = label_filter(GYM, "sub-sets", subset, SUBSETS)
     rows: list[TravelRow] = []
     for rel, file_subset in USERRL_SPLITS[split]:
         if wanted is not None and file_subset is not None and file_subset not in wanted:

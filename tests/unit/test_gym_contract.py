@@ -7,6 +7,7 @@ the same for all eight lives here, checked on each gym's first builtin train tas
 from __future__ import annotations
 
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import gymnasium
@@ -71,6 +72,27 @@ def test_unknown_source_and_missing_data_root(name: str) -> None:
         load_tasks(name, "train", source="web")
     with pytest.raises(ValueError, match="source='userrl' needs data_root"):
         load_tasks(name, "train", source="userrl")
+
+
+@pytest.mark.parametrize(
+    ("name", "filters", "message"),
+    [
+        ("function", {"difficulty": 9}, r"unknown function difficulty levels \[9\]; known: \[0, 1, 2, 3, 4\]"),
+        ("search", {"hops": [1, 3]}, r"unknown search hop counts \[3\]; known: \[1, 2\]"),
+        ("telepathy", {"category": "dragon"}, r"unknown telepathy categories \['dragon'\]"),
+        ("travel", {"subset": "travel99"}, r"unknown travel sub-sets \['travel99'\]"),
+        ("tau", {"domain": "bank"}, r"unknown tau domain 'bank'"),
+    ],
+)
+def test_loader_filters_refuse_unknown_labels(name: str, filters: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        load_tasks(name, "train", **filters)
+
+
+@pytest.mark.parametrize(("name", "name_filter"), [("function", "difficulty"), ("search", "hops"), ("telepathy", "category")])
+def test_builtin_only_filters_are_refused_for_the_original_data(name: str, name_filter: str, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=f"the {name_filter} filter applies to builtin {name} tasks only"):
+        load_tasks(name, "test", source="userrl", data_root=tmp_path, **{name_filter: 1})
 
 
 # ---------------------------------------------------------------- gymnasium
