@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import warnings
 from typing import Any
 
 from userrl.engines.base import GenerationOutput, GenerationRequest
@@ -19,7 +20,11 @@ def restarted_by_ray() -> bool:
     if not ray.is_initialized():
         return False
     context = ray.get_runtime_context()
-    return context.get_actor_id() is not None and context.was_current_actor_reconstructed
+    if context.get_actor_id() is None:
+        return False
+    with warnings.catch_warnings():  # Ray's own property reads a deprecated field of its own
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return context.was_current_actor_reconstructed
 
 
 def build_engine(engine: str, model_path: str, dtype: str, pad_token_id: int, max_batch_size: int = 32,
