@@ -3,6 +3,7 @@
     .venv/bin/python bench/reliability.py --scenario 7              # 1,000 malformed requests to Serve
     .venv/bin/python bench/reliability.py --scenario 7 --requests 300
     .venv/bin/python bench/reliability.py --scenario 4 --scenario 5  # learner killed mid-update / mid-checkpoint
+    .venv/bin/python bench/reliability.py --scenario 1 --scenario 2 --scenario 6  # rollout layer: runner, replica, gym
     .venv/bin/python bench/reliability.py --list
 
 A scenario function returns a `ScenarioResult`: a table of what was sent, what came back and what was
@@ -760,6 +761,151 @@ def scenario_5_killed_while_checkpointing(seed: int = 5, *, model: str = "tiny-r
 
 
 # ----------------------------------------------------------------------------------------------------- CLI
+
+
+# --------------------------------------------------- scenarios 1, 2 and 6: the rollout layer (EnvRunnerGroup)
+
+
+def _rollout_group(out: Any, model: str, **env_runners: Any) -> Any:
+    import ray
+
+    from userrl.algorithm import GRPOMultiTurnConfig
+    from userrl.env_runner_group import EnvRunnerGroup
+    from userrl.models import resolve_model
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=4, logging_config=ray.LoggingConfig(encoding="TEXT", log_level="ERROR"))
+    config = (GRPOMultiTurnConfig()
+              .experiment(name="reliability", output_dir=str(out))
+              .environment(gyms=[{"name": "function", "difficulty": [0]}], protocol="bracket", max_turns=4,
+                           max_steps=4)
+              .policy(model=model, max_new_tokens=64, max_batch_size=4, num_threads=1)
+              .env_runners(num_env_runners=2, **env_runners)
+              .to_config())
+    return EnvRunnerGroup(config, resolve_model(model))
+
+
+def _rollout_specs(episodes: int, prefix: str) -> list[Any]:
+    from userrl.coordinator import episode_specs
+    from userrl.envs import load_tasks
+
+    return episode_specs(load_tasks("function", split="train", difficulty=[0])[: episodes // 4], 4, prefix)
+
+
+def _killed_rollout(group: Any, episodes: int, victim: Callable[[], int]) -> tuple[list[Any], dict[str, float], float]:
+    """Play `episodes` episodes, SIGKILL the process `victim()` names once the replica has served a few
+    requests; returns the trajectories, the group's counters and the wall seconds."""
+    import signal
+
+    import ray
+
+    chunks = group.split(_rollout_specs(episodes, "rel"))
+    began = time.perf_counter()
+    job = group.launch(chunks, [0] * len(chunks))
+    pid = victim()
+    while sum(s["requests"] for s in ray.get([r.get_stats.remote() for r in group.replicas])) < 2:
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    trajectories = job.gather()
+    return trajectories, group.pop_counters(), time.perf_counter() - began
+
+
+def _rollout_rows(label: str, planned: int, trajectories: list[Any], counters: dict[str, float],
+                  seconds: float) -> dict[str, Any]:
+    return {"run": label, "episodes planned": planned, "returned": len(trajectories),
+            "aborted": sum(t.aborted for t in trajectories),
+            "runner restarts": int(counters.get("env_runner_restarts", 0)),
+            "replica restarts": int(counters.get("replica_restarts", 0)),
+            "re-run episodes": int(counters.get("rerun_episodes", 0)),
+            "lost": int(counters.get("lost_episodes", 0)), "seconds": f"{seconds:.1f}"}
+
+
+@scenario(1, "an env runner killed mid-iteration")
+def scenario_1_env_runner_killed(episodes: int = 64, *, model: str = "tiny-random") -> ScenarioResult:
+    """Kill one of two env runners while a batch plays: every episode comes back, the restart and the
+    re-run chunk are counted, nothing is aborted."""
+    import tempfile
+
+    import ray
+
+    with tempfile.TemporaryDirectory() as out:
+        group = _rollout_group(out, model)
+        try:
+            began = time.perf_counter()
+            quiet = group.play(_rollout_specs(episodes, "q"), seed=0)
+            quiet_s = time.perf_counter() - began
+            killed, counters, killed_s = _killed_rollout(
+                group, episodes, lambda: ray.get(group.runners[0].ping.remote())["pid"])
+        finally:
+            group.stop()
+    rows = [_rollout_rows("undisturbed", episodes, quiet, group.pop_counters(), quiet_s),
+            _rollout_rows("runner 0 killed", episodes, killed, counters, killed_s)]
+    ok = (len(killed) == episodes and not any(t.aborted for t in killed) and counters["env_runner_restarts"] == 1
+          and counters["lost_episodes"] == 0)
+    return ScenarioResult(1, "an env runner killed mid-iteration", rows, ok,
+                          ["the dead runner's chunk is played again, with the same uids and seeds, on the live runner"])
+
+
+@scenario(2, "a policy replica killed mid-iteration")
+def scenario_2_replica_killed(episodes: int = 64, *, model: str = "tiny-random") -> ScenarioResult:
+    """Kill the only policy replica while a batch plays after a weight sync to version 3: Ray restarts it,
+    the group gives it version 3 before it serves, in-flight requests are sent again."""
+    import tempfile
+
+    import ray
+    from transformers import AutoModelForCausalLM
+
+    from userrl.models import resolve_model
+
+    with tempfile.TemporaryDirectory() as out:
+        group = _rollout_group(out, model)
+        try:
+            state = AutoModelForCausalLM.from_pretrained(resolve_model(model)).state_dict()
+            group.sync_weights(state, version=3)
+            replica = group.replicas[0]
+            killed, counters, killed_s = _killed_rollout(group, episodes, lambda: ray.get(replica.process_id.remote()))
+            group.heal_replicas(force=True)
+            version = ray.get(replica.get_version.remote())
+            retries = sum(s["replica_retries"] for s in ray.get([r.ping.remote() for r in group.runners]))
+        finally:
+            group.stop()
+    versions = sorted({t.policy_version for t in killed})
+    rows = [_rollout_rows("replica killed", episodes, killed, counters, killed_s)]
+    ok = (not any(t.aborted for t in killed) and versions == [3] and version == 3
+          and counters["replica_restarts"] == 1)
+    return ScenarioResult(2, "a policy replica killed mid-iteration", rows, ok,
+                          [f"trajectory policy versions {versions}; replica version after the restart {version}; "
+                           f"{retries} requests sent again by the runners"])
+
+
+@scenario(6, "userrl evaluate with a gym that cannot be built")
+def scenario_6_broken_gym(episodes_per_gym: int = 8, *, model: str = "tiny-random") -> ScenarioResult:
+    """`userrl evaluate` over Function and a Turtle gym given an unknown keyword: Function is scored,
+    Turtle's episodes are aborted with the error, the exit status is 3."""
+    import tempfile
+    from pathlib import Path
+
+    import yaml
+
+    from userrl.cli import main as userrl_main
+
+    with tempfile.TemporaryDirectory() as out:
+        config = Path(out) / "eval.yaml"
+        config.write_text(yaml.safe_dump({
+            "experiment": {"name": "broken-gym", "output_dir": out},
+            "env": {"protocol": "bracket", "max_turns": 3, "max_steps": 3,
+                    "gyms": [{"name": "function", "difficulty": [0]},
+                             {"name": "turtle", "kwargs": {"no_such_argument": 1}}]},
+            "policy": {"model": model, "max_new_tokens": 8, "num_threads": 1},
+            "evaluation": {"max_episodes_per_gym": episodes_per_gym},
+            "tracking": {"mlflow_uri": f"sqlite:///{out}/mlflow.db"}}))
+        status = userrl_main(["evaluate", "--config", str(config), "--out", f"{out}/eval"])
+        metrics = json.loads((Path(out) / "eval" / "metrics.json").read_text())
+    rows = [{"gym": gym, "episodes": m["episodes"], "aborted": m["aborted"], "micro_avg": m["micro_avg"]}
+            for gym, m in metrics["gyms"].items()]
+    ok = status == 3 and metrics["gyms"]["function"]["aborted"] == 0 and \
+        metrics["gyms"]["turtle"]["aborted"] == episodes_per_gym
+    return ScenarioResult(6, "userrl evaluate with a gym that cannot be built", rows, ok, [f"exit status {status}"])
 
 
 def main(argv: list[str] | None = None) -> int:

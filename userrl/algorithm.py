@@ -19,6 +19,7 @@ import ray
 from ray.train import FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 from ray.util.queue import Queue
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from userrl import faults
 from userrl.cluster import init_ray
@@ -130,7 +131,10 @@ class GRPOMultiTurn:
         `on_result` only). `tracker` defaults to a new MLflow run of this config."""
         config = self.config
         tracker = tracker or MLflowTracker(config)
-        results_queue = Queue(actor_options={"num_cpus": 0})  # must fit a Tune trial's bundles
+        # No CPU (it must fit a Tune trial's bundles), and on this process's node: a queue placed on a node
+        # that dies would end the run although learners and env runners survive.
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        results_queue = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})
         lc = config.learners
         trainer = TorchTrainer(
             train_loop_per_worker,

@@ -249,6 +249,10 @@ class TrackingConfig(_Section):
 class RayConfig(_Section):
     address: str | None = Field(None, description="null = start (or reuse) a local Ray.")
     num_cpus: int | None = Field(None, description="Logical CPUs of a local Ray; null = enough for the config.")
+    rollout_node_labels: dict[str, str] = Field(
+        default_factory=dict, description="Ray node labels (`ray start --labels role=rollout`) that env runners "
+        "and policy replicas prefer: a soft preference, so they start, and restart after their node died, on "
+        "another node when no such node is alive.")
 
 
 class UserRLConfig(_Section):

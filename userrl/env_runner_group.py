@@ -49,6 +49,15 @@ def env_kwargs(config: UserRLConfig) -> dict[str, dict[str, Any]]:
                         **spec.kwargs} for spec in ec.gyms}
 
 
+def node_preference(labels: dict[str, str]) -> dict[str, Any]:
+    """Actor options that prefer nodes with these labels (soft: any node when none is alive)."""
+    if not labels:
+        return {}
+    from ray.util.scheduling_strategies import In, NodeLabelSchedulingStrategy
+
+    return {"scheduling_strategy": NodeLabelSchedulingStrategy(hard={}, soft={k: In(v) for k, v in labels.items()})}
+
+
 class EnvRunnerGroup:
     """Env runners and replicas as Ray actors, with one least-loaded dispatch and fault tolerance."""
 
@@ -60,11 +69,12 @@ class EnvRunnerGroup:
         self.restart = er.restart_failed_env_runners
         self.max_retries = er.max_episode_retries
         restarts = -1 if self.restart else 0
+        placement = node_preference(config.ray.rollout_node_labels)
 
         def start_replicas(path: str, engine: str, count: int, gpus: float, training: bool) -> list[Any]:
             pad = AutoTokenizer.from_pretrained(path).pad_token_id
             actor = ray.remote(PolicyReplica).options(num_cpus=pc.num_cpus_per_replica, num_gpus=gpus,
-                                                      max_concurrency=4096, max_restarts=restarts)
+                                                      max_concurrency=4096, max_restarts=restarts, **placement)
             return [actor.remote(path, engine, pc.dtype, pc.max_batch_size, pc.num_threads, pad,
                                  max_model_len=pc.max_model_len, engine_options=pc.vllm,
                                  wait_for_weights_after_restart=training) for _ in range(count)]
@@ -76,7 +86,7 @@ class EnvRunnerGroup:
             user_path = resolve_model(ec.local_user_model)
             self.user_replicas = start_replicas(user_path, "hf", ec.local_user_replicas, 0, False)
         runner = ray.remote(EnvRunner).options(num_cpus=er.num_cpus_per_env_runner, max_concurrency=64,
-                                               max_restarts=restarts, max_task_retries=0)
+                                               max_restarts=restarts, max_task_retries=0, **placement)
         self.runners = [runner.remote(model_path, ec.protocol, rollout_limits(config), self.replicas,
                                       env_kwargs(config), user_backend=ec.backend, llm=ec.llm,
                                       user_replicas=self.user_replicas, user_tokenizer_path=user_path)
@@ -88,6 +98,12 @@ class EnvRunnerGroup:
         self._checked = 0.0
         self.counters: Counter[str] = Counter()
         ray.get([r.get_version.remote() for r in self.replicas])  # fail fast if a replica cannot start
+        log.info("placement: %s", self.placement())
+
+    def placement(self) -> dict[str, list[str]]:
+        """The node id (hex) of every env runner and policy replica now."""
+        return {"env_runners": ray.get([r.node_id.remote() for r in self.runners], timeout=60),
+                "replicas": ray.get([r.node_id.remote() for r in self.replicas], timeout=60)}
 
     # ------------------------------------------------------------------------------------------ playing
 
@@ -201,6 +217,11 @@ class EnvRunnerGroup:
         names = ("env_runner_restarts", "replica_restarts", "rerun_episodes", "lost_episodes")
         counts = {name: float(self.counters[name]) for name in names}
         self.counters.clear()
+        if counts["env_runner_restarts"] or counts["replica_restarts"]:
+            try:
+                log.warning("placement after restarts: %s", self.placement())
+            except ray.exceptions.RayError as error:  # a restart still under way: the next check logs it
+                log.warning("placement after restarts not known yet: %s", error)
         return counts
 
     def stop(self) -> None:

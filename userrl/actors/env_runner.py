@@ -188,6 +188,10 @@ class EnvRunner(EpisodePlayer):
             traj.error = REPLICA_LOST
         return traj
 
+    def node_id(self) -> str:
+        """The Ray node this actor runs on (hex id)."""
+        return ray.get_runtime_context().get_node_id()
+
     def ping(self) -> dict[str, int]:
         """Alive: this runner's process id and counters (replica requests sent again after a replica died)."""
         return {"pid": os.getpid(), **self.stats}

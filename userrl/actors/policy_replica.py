@@ -204,6 +204,12 @@ class PolicyReplica:
         """The policy version of the weights now loaded (AWAITING_WEIGHTS after a restart, until synced)."""
         return self.version
 
+    def node_id(self) -> str:
+        """The Ray node this actor runs on (hex id)."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
     def process_id(self) -> int:
         """The process serving this replica."""
         return os.getpid()

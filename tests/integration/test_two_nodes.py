@@ -1,0 +1,126 @@
+"""Reliability scenario 9 (issue 15): two Ray nodes on one machine (`ray start --head` and a second raylet
+with its own ports and the node label `userrl-role=rollout`), a `ray job submit` training run whose env
+runners and policy replica prefer the labelled node (`ray.rollout_node_labels`, a soft label preference),
+and the second node's raylet killed mid-run: the run continues on the head node and finishes, nothing is
+lost, and the placement and the recovery show in the job's log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.request
+import uuid
+
+import pytest
+from ray.job_submission import JobStatus, JobSubmissionClient
+from test_ray_job import BIN, REPO, _env, _free_ports
+
+ITERATIONS = 4
+RUN = ["policy.model=tiny-random", "policy.dtype=float32", "policy.max_new_tokens=32", "policy.num_threads=1",
+       "policy.max_model_len=512", "policy.max_batch_size=4", "env_runners.num_env_runners=2", "sft.enabled=false",
+       f"training.iterations={ITERATIONS}", "training.batch_size=4", "training.group_size=4",
+       "training.micro_batch_tokens=1024", "learners.num_learners=1", "learners.precision=float32",
+       "learners.gradient_checkpointing=false", "evaluation.interval=0", "checkpointing.every=1",
+       "env.max_turns=3", "env.max_steps=3", "ray.rollout_node_labels={userrl-role: rollout}"]
+
+
+def _start(args: list[str], log_path, **kwargs) -> subprocess.Popen:
+    log = open(log_path, "w")  # noqa: SIM115 - the process owns it until it ends
+    return subprocess.Popen([str(BIN / "ray"), "start", "--block", "--disable-usage-stats", *args], env=_env(),
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **kwargs)
+
+
+def _stop(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, sig)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=20)
+
+
+def _nodes(dashboard: str) -> list[dict]:
+    listed = subprocess.run([str(BIN / "ray"), "list", "nodes", "--address", dashboard, "--format", "json"],
+                            env=_env(), capture_output=True, text=True, timeout=60)
+    return json.loads(listed.stdout) if listed.returncode == 0 and listed.stdout.strip() else []
+
+
+@pytest.mark.slow
+def test_second_node_lost_mid_run(tiny_model, tmp_path):
+    temp = tempfile.mkdtemp(prefix="rn", dir="/tmp")  # short: Ray's unix socket paths have a length limit
+    (gcs, dash, client, listen, grpc, metrics, agent, node, objects,
+     listen2, grpc2, metrics2, agent2, node2, objects2) = _free_ports(15)
+    dashboard = f"http://127.0.0.1:{dash}"
+    head = _start(["--head", "--num-cpus", "3", "--port", str(gcs), "--dashboard-host", "127.0.0.1",
+                   "--dashboard-port", str(dash), "--ray-client-server-port", str(client),
+                   "--dashboard-agent-listen-port", str(listen), "--dashboard-agent-grpc-port", str(grpc),
+                   "--metrics-export-port", str(metrics), "--runtime-env-agent-port", str(agent),
+                   "--node-manager-port", str(node), "--object-manager-port", str(objects), "--temp-dir", temp],
+                  tmp_path / "head.log")
+    # One CPU: the replica (0.5) and the env runners (0.1 each) fit, a learner (1.0) does not.
+    second = None
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                urllib.request.urlopen(f"{dashboard}/api/version", timeout=2).read()
+                break
+            except OSError:
+                assert head.poll() is None and time.time() < deadline, (tmp_path / "head.log").read_text()
+                time.sleep(1)
+        second = _start(["--address", f"127.0.0.1:{gcs}", "--num-cpus", "1", "--labels", "userrl-role=rollout",
+                         "--dashboard-agent-listen-port", str(listen2), "--dashboard-agent-grpc-port", str(grpc2),
+                         "--metrics-export-port", str(metrics2), "--runtime-env-agent-port", str(agent2),
+                         "--node-manager-port", str(node2), "--object-manager-port", str(objects2)],
+                        tmp_path / "second.log")
+        while len([n for n in _nodes(dashboard) if n["state"] == "ALIVE"]) < 2:
+            assert second.poll() is None and time.time() < deadline + 120, (tmp_path / "second.log").read_text()
+            time.sleep(1)
+        labelled = [n["node_id"] for n in _nodes(dashboard) if n.get("labels", {}).get("userrl-role") == "rollout"]
+        assert len(labelled) == 1
+
+        jobs = JobSubmissionClient(dashboard)
+        job_id = f"userrl-two-nodes-{uuid.uuid4().hex[:8]}"
+        out = tmp_path / "out"
+        jobs.submit_job(
+            submission_id=job_id,
+            entrypoint=" ".join(["userrl", "train", "--config", "experiments/quickstart.yaml", *[
+                f"'{item}'" for item in RUN], "experiment.name=two-nodes", f"experiment.output_dir={out}"]),
+            runtime_env={"working_dir": str(REPO), "env_vars": {"USERRL_LOG": "INFO", "RAY_AUTH_MODE": "disabled"}})
+
+        # Kill the second node's raylet (and its workers) as soon as the first iteration is done.
+        deadline = time.time() + 420
+        while "iter   1" not in jobs.get_job_logs(job_id):
+            assert jobs.get_job_status(job_id) in (JobStatus.PENDING, JobStatus.RUNNING), jobs.get_job_logs(job_id)
+            assert time.time() < deadline, jobs.get_job_logs(job_id)
+            time.sleep(0.5)
+        _stop(second, signal.SIGKILL)
+
+        while jobs.get_job_status(job_id) in (JobStatus.PENDING, JobStatus.RUNNING):
+            assert time.time() < deadline + 300, jobs.get_job_logs(job_id)
+            time.sleep(2)
+        logs = jobs.get_job_logs(job_id)
+        assert jobs.get_job_status(job_id) == JobStatus.SUCCEEDED, logs[-6000:]
+        assert f"done: {ITERATIONS} iterations" in logs, logs[-6000:]
+
+        # Placement: every env runner and the replica started on the labelled node ...
+        first = json.loads(re.search(r"placement: (\{.*\})", logs).group(1).replace("'", '"'))
+        assert set(first["env_runners"]) == set(first["replicas"]) == {labelled[0]}
+        # ... and the recovery: restarts and re-run episodes in the progress lines, then all on the head node.
+        assert re.search(r"restarts [1-9]", logs), logs[-6000:]
+        after = json.loads(re.search(r"placement after restarts: (\{.*\})", logs).group(1).replace("'", '"'))
+        assert labelled[0] not in set(after["env_runners"]) | set(after["replicas"])
+        meta = json.loads((out / "two-nodes" / "checkpoints" / f"iter_{ITERATIONS:06d}" / "meta.json").read_text())
+        assert meta["iteration"] == ITERATIONS
+    finally:
+        if second is not None:
+            _stop(second, signal.SIGKILL)
+        _stop(head)
