@@ -7,6 +7,7 @@ import logging
 import math
 import os
 import sys
+import traceback
 from typing import Any
 
 from rich.console import Console
@@ -212,11 +213,14 @@ def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `userrl` command."""
-    logging.basicConfig(level=os.environ.get("USERRL_LOG", "WARNING"))
+    # force: a library imported first (Ray in a job's driver) may have configured the root logger already.
+    logging.basicConfig(level=os.environ.get("USERRL_LOG", "WARNING"), force=True)
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except (ConfigError, FileNotFoundError, ValueError, ConnectionError) as error:
+        if os.environ.get("USERRL_LOG", "").upper() == "DEBUG":
+            traceback.print_exc()
         console.print(f"[red]error:[/] {error}")
         return 2
 

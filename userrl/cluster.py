@@ -10,8 +10,13 @@ import ray
 
 from userrl.config import UserRLConfig
 
-# Ray Train logs every report at INFO; our own progress lines say the same more briefly.
-QUIET = ray.LoggingConfig(encoding="TEXT", log_level="WARNING")
+
+def logging_config() -> ray.LoggingConfig:
+    """Ray's logging for the driver (it sets the root logger): WARNING unless $USERRL_LOG says otherwise.
+
+    Ray Train logs every report at INFO; our own progress lines say the same more briefly.
+    """
+    return ray.LoggingConfig(encoding="TEXT", log_level=os.environ.get("USERRL_LOG", "WARNING").upper())
 
 
 def check_ray_address(address: str, timeout_s: float = 5.0) -> None:
@@ -53,7 +58,7 @@ def init_ray(config: UserRLConfig) -> bool:
     address = config.ray.address or os.environ.get("RAY_ADDRESS")
     if address:
         check_ray_address(address)
-        ray.init(address=address, logging_config=QUIET, runtime_env=runtime_env)
+        ray.init(address=address, logging_config=logging_config(), runtime_env=runtime_env)
         return False
-    ray.init(num_cpus=config.ray.num_cpus or ray_cpus(config), logging_config=QUIET, runtime_env=runtime_env)
+    ray.init(num_cpus=config.ray.num_cpus or ray_cpus(config), logging_config=logging_config(), runtime_env=runtime_env)
     return True

@@ -19,7 +19,7 @@ from typing import Any
 
 import ray
 
-from userrl.actors.env_runner import REPLICA_LOST, EnvRunner, EpisodeSpec
+from userrl.actors.env_runner import REPLICA_LOST, REPLICA_WAIT_S, EnvRunner, EpisodeSpec
 from userrl.actors.policy_replica import AWAITING_WEIGHTS, PolicyReplica
 from userrl.config import UserRLConfig
 from userrl.models import resolve_model
@@ -95,7 +95,7 @@ class EnvRunnerGroup:
         self._weights: Any = None  # object ref of the last weights sent, for replicas that restart
         self._load = [0] * len(self.runners)
         self._down: set[int] = set()
-        self._checked = 0.0
+        self._checked = self._runners_checked = 0.0
         self.counters: Counter[str] = Counter()
         ray.get([r.get_version.remote() for r in self.replicas])  # fail fast if a replica cannot start
         log.info("placement: %s", self.placement())
@@ -136,9 +136,25 @@ class EnvRunnerGroup:
                 healthy.append(index)
         return healthy
 
-    def _pick_runner(self) -> int:
-        candidates = [i for i in range(len(self.runners)) if i not in self._down] or list(range(len(self.runners)))
-        return min(candidates, key=self._load.__getitem__)
+    def _pick_runner(self) -> int | None:
+        """The least-loaded live runner; None while every runner is down (being restarted)."""
+        candidates = [i for i in range(len(self.runners)) if i not in self._down]
+        return min(candidates, key=self._load.__getitem__) if candidates else None
+
+    def check_runners(self) -> None:
+        """Take back the runners that were down and answer again (Ray restarted them, maybe on another node)."""
+        now = time.monotonic()
+        if not self._down or now - self._runners_checked < HEALTH_CHECK_S:
+            return
+        self._runners_checked = now
+        pings = {self.runners[i].ping.remote(): i for i in self._down}
+        ready, _ = ray.wait(list(pings), num_returns=len(pings), timeout=0.5)
+        for ref in ready:
+            try:
+                ray.get(ref)
+            except _ACTOR_DOWN:  # still restarting (a lost node is noticed after some seconds)
+                continue
+            self._down.discard(pings[ref])
 
     def _runner_failed(self, index: int, error: BaseException) -> None:
         if not self.restart:
@@ -184,20 +200,23 @@ class EnvRunnerGroup:
         """Send new weights to every replica (through the object store); returns seconds."""
         start = time.perf_counter()
         self._weights, self.version = ray.put(state_dict), version
-        pending = {replica.load_weights.remote(self._weights, version): replica for replica in self.replicas}
-        for attempt in range(3):
-            failed = {}
-            for ref, replica in pending.items():
+        pending = list(range(len(self.replicas)))
+        deadline, restarted = time.monotonic() + REPLICA_WAIT_S, set()
+        while pending:
+            refs = [self.replicas[i].load_weights.remote(self._weights, version) for i in pending]
+            failed = []
+            for index, ref in zip(pending, refs, strict=True):
                 try:
                     ray.get(ref)
-                except _ACTOR_DOWN as error:  # died during the sync: Ray restarts it, the call waits for that
-                    if not self.restart or attempt == 2:
-                        raise RuntimeError(f"policy replica died during the weight sync ({error})") from error
-                    failed[replica.load_weights.remote(self._weights, version)] = replica
-            if not failed:
-                break
-            self.counters["replica_restarts"] += len(failed)
+                except _ACTOR_DOWN as error:  # died during the sync: Ray restarts it (on another node if need be)
+                    if not self.restart or time.monotonic() > deadline:
+                        raise RuntimeError(f"policy replica {index} unreachable during the weight sync ({error})") from error
+                    restarted.add(index)
+                    failed.append(index)
+            if failed:
+                time.sleep(1.0)
             pending = failed
+        self.counters["replica_restarts"] += len(restarted)
         return time.perf_counter() - start
 
     def sleep_replicas(self) -> float:
@@ -250,13 +269,18 @@ class RolloutJob:
         self.in_flight: dict[Any, tuple[int, int, list[EpisodeSpec]]] = {}
         self.attempts = [0] * len(chunks)
         self.played: list[dict[str, Trajectory]] = [{} for _ in chunks]
+        self.all_down_since = time.monotonic()
         self._submit()
 
     def _submit(self) -> None:
         group = self.group
         while self.waiting and len(self.in_flight) < self.max_in_flight:
-            index, specs = self.waiting.popleft()
             runner = group._pick_runner()
+            if runner is None:  # every runner is being restarted: the chunks wait for one to come back
+                if time.monotonic() - self.all_down_since > REPLICA_WAIT_S:
+                    raise RuntimeError(f"no env runner came back within {REPLICA_WAIT_S:.0f} s")
+                return
+            index, specs = self.waiting.popleft()
             ref = group.runners[runner].run.remote(specs, self.seeds[index], self.temperature)
             self.in_flight[ref] = (index, runner, specs)
             group._load[runner] += 1
@@ -277,8 +301,15 @@ class RolloutJob:
         group = self.group
         while self.waiting or self.in_flight:
             self._submit()
-            ready, _ = ray.wait(list(self.in_flight), num_returns=1, timeout=HEALTH_CHECK_S)
+            if self.in_flight:
+                ready, _ = ray.wait(list(self.in_flight), num_returns=1, timeout=HEALTH_CHECK_S)
+            else:  # chunks wait for a runner to come back
+                ready = []
+                time.sleep(HEALTH_CHECK_S)
             group.heal_replicas()
+            group.check_runners()
+            if len(group._down) < len(group.runners):
+                self.all_down_since = time.monotonic()
             if not ready:
                 continue
             index, runner, specs = self.in_flight.pop(ready[0])
