@@ -101,6 +101,10 @@ def test_training_goes_on_through_a_flaky_user_endpoint(ray_local, tiny_model, t
     finally:
         server.stop()
 
+    for r in results:  # the figures of bench/README.md (pytest -s shows them)
+        print(f"iteration {r['iteration']}: role calls {r['rollout/role_calls/turtle']:.0f}, failed "
+              f"{r['rollout/failed_role_calls/turtle']:.0f}, aborted episodes {r['rollout/aborted/turtle']:.0f} "
+              f"of {r['rollout/episodes']:.0f}")
     assert [r["iteration"] for r in results] == list(range(1, ITERATIONS + 1))  # training went on
     calls = sum(r["rollout/role_calls/turtle"] for r in results)
     failed = sum(r["rollout/failed_role_calls/turtle"] for r in results)
