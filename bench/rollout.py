@@ -67,7 +67,7 @@ def rollout(coordinator, iteration: int):
     tc = coordinator.config.training
     specs = episode_specs(coordinator.train_tasks.sample(tc.batch_size, iteration), tc.group_size, f"b{iteration}")
     start = time.perf_counter()
-    trajectories = coordinator.play(specs, seed=iteration)
+    trajectories = coordinator.group.play(specs, seed=iteration)
     return trajectories, time.perf_counter() - start
 
 

@@ -125,10 +125,6 @@ class RolloutCoordinator:
         by_uid = {t.uid: t for t in pending.job.gather()}
         return [by_uid[spec.uid] for spec in pending.specs]
 
-    def play(self, specs: list[EpisodeSpec], seed: int, temperature: float | None = None) -> list[Trajectory]:
-        """Spread episodes over the runners and gather their trajectories in order."""
-        return self.gather(self.launch(specs, seed, temperature))
-
     def start_rollout(self, iteration: int) -> PendingRollout:
         """Launch one iteration's batch (batch_size tasks x group_size episodes) without waiting for it."""
         tc = self.config.training
@@ -155,6 +151,6 @@ class RolloutCoordinator:
         """Greedy (by default) episodes on the first tasks of each gym's evaluation split."""
         tasks = TaskMixture(self.config, split=split).first(num_tasks)
         start = time.perf_counter()
-        trajectories = self.play(episode_specs(tasks, 1, "eval"), seed=self.config.experiment.seed,
-                                 temperature=temperature)
+        trajectories = self.group.play(episode_specs(tasks, 1, "eval"), seed=self.config.experiment.seed,
+                                       temperature=temperature)
         return trajectories, rollout_metrics(trajectories, time.perf_counter() - start, prefix="eval")

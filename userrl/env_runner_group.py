@@ -98,7 +98,8 @@ class EnvRunnerGroup:
         self._checked = self._runners_checked = 0.0
         self.counters: Counter[str] = Counter()
         ray.get([r.get_version.remote() for r in self.replicas])  # fail fast if a replica cannot start
-        log.info("placement: %s", self.placement())
+        if log.isEnabledFor(logging.INFO):
+            log.info("placement: %s", self.placement())
 
     def placement(self) -> dict[str, list[str]]:
         """The node id (hex) of every env runner and policy replica now."""
@@ -119,7 +120,8 @@ class EnvRunnerGroup:
     def play(self, specs: list[EpisodeSpec], seed: int, temperature: float | None = None) -> list[Trajectory]:
         """Play episodes on the runners and return their trajectories in the order of `specs`."""
         chunks = self.split(specs)
-        return self.launch(chunks, [seed] * len(chunks), temperature).gather()
+        by_uid = {t.uid: t for t in self.launch(chunks, [seed] * len(chunks), temperature).gather()}
+        return [by_uid[spec.uid] for spec in specs]
 
     @property
     def healthy_runners(self) -> list[int]:

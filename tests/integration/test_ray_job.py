@@ -41,6 +41,19 @@ def _env():
     return env
 
 
+def wait_for_dashboard(address: str, proc: subprocess.Popen, log: Path, timeout_s: float = 120) -> None:
+    """Wait until the head node's dashboard answers (its `ray start` must still be running)."""
+    deadline = time.time() + timeout_s
+    while True:
+        try:
+            urllib.request.urlopen(f"{address}/api/version", timeout=2).read()
+            return
+        except OSError:
+            assert proc.poll() is None, log.read_text()
+            assert time.time() < deadline, "the dashboard did not come up"
+            time.sleep(1)
+
+
 @pytest.fixture
 def ray_cluster(tmp_path):
     """A one-node cluster of our own (own ports and temp dir), stopped by killing its process group only."""
@@ -57,15 +70,7 @@ def ray_cluster(tmp_path):
         env=_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     address = f"http://127.0.0.1:{dash}"
     try:
-        deadline = time.time() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"{address}/api/version", timeout=2).read()
-                break
-            except OSError:
-                assert proc.poll() is None, (tmp_path / "ray_start.log").read_text()
-                assert time.time() < deadline, "the dashboard did not come up"
-                time.sleep(1)
+        wait_for_dashboard(address, proc, tmp_path / "ray_start.log")
         yield address, Path(temp)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)  # `ray start --block` stops its cluster on SIGTERM

@@ -14,12 +14,11 @@ import signal
 import subprocess
 import tempfile
 import time
-import urllib.request
 import uuid
 
 import pytest
 from ray.job_submission import JobStatus, JobSubmissionClient
-from test_ray_job import BIN, REPO, _env, _free_ports
+from test_ray_job import BIN, REPO, _env, _free_ports, wait_for_dashboard
 
 ITERATIONS = 4
 RUN = ["policy.model=tiny-random", "policy.dtype=float32", "policy.max_new_tokens=32", "policy.num_threads=1",
@@ -71,14 +70,8 @@ def test_second_node_lost_mid_run(tiny_model, tmp_path):
     # One CPU: the replica (0.5) and the env runners (0.1 each) fit, a learner (1.0) does not.
     second = None
     try:
+        wait_for_dashboard(dashboard, head, tmp_path / "head.log")
         deadline = time.time() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"{dashboard}/api/version", timeout=2).read()
-                break
-            except OSError:
-                assert head.poll() is None and time.time() < deadline, (tmp_path / "head.log").read_text()
-                time.sleep(1)
         second = _start(["--address", f"127.0.0.1:{gcs}", "--num-cpus", "1", "--labels", "userrl-role=rollout",
                          "--dashboard-agent-listen-port", str(listen2), "--dashboard-agent-grpc-port", str(grpc2),
                          "--metrics-export-port", str(metrics2), "--runtime-env-agent-port", str(agent2),
