@@ -74,6 +74,15 @@ class EnvConfig(_Section):
         description="OpenAI-compatible client settings for backend openai (base_url, model, temperature, "
         "timeout_s, attempts, max_concurrency, extra_body, roles); the key comes from $OPENAI_API_KEY.",
     )
+    @field_validator("llm")
+    @classmethod
+    def _llm(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if value:  # checked now by the client's own typed settings (unknown keys, bad values), not at a role call
+            from userrl.envs.openai_client import LLMConfig
+
+            LLMConfig.from_spec(value)
+        return value
+
     local_user_model: str = Field("smollm2-135m", description="Model of the local user replicas.")
     local_user_replicas: int = Field(1, ge=1, description="Replicas of local_user_model (backend local).")
     role_failure: Literal["abort", "fallback"] = Field(
@@ -93,6 +102,21 @@ class EnvRunnerConfig(_Section):
         "counted as aborted.")
 
 
+class VLLMSettings(BaseModel):
+    """The userrl-level keys of `policy.vllm`, typed (their defaults: userrl/engines/vllm.py DEFAULTS); any
+    other key is a vLLM engine argument and passes through."""
+
+    model_config = ConfigDict(extra="allow")
+
+    kv_cache_gib: float | None = Field(None, gt=0, description="CPU KV cache in GiB; null = sized from the config.")
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="GPU share for weights + KV.")
+    enable_prefix_caching: bool | None = Field(None, description="Reuse the KV of an episode's earlier turns.")
+    sessions: bool | None = Field(None, description="An episode's turns continue one vLLM request.")
+    sleep_mode: bool | None = Field(None, description="GPU: free device memory during the update.")
+    enforce_eager: bool | None = Field(None, description="No CUDA graphs / torch.compile (faster start).")
+    seed: int | None = Field(None, description="The engine's seed.")
+
+
 class PolicyConfig(_Section):
     model: str = Field("smollm2-135m", description="smollm2-135m, tiny-random, or a local Hugging Face folder.")
     engine: Literal["hf", "vllm"] = Field(
@@ -107,6 +131,11 @@ class PolicyConfig(_Section):
         "enforce_eager (false), seed (0); any other vLLM engine argument passes through. dtype, max_model_len "
         "and max_batch_size come from this section.",
     )
+    @field_validator("vllm")
+    @classmethod
+    def _vllm(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return VLLMSettings.model_validate(value).model_dump(exclude_unset=True)
+
     num_replicas: int = Field(1, ge=1, description="PolicyReplica actors generating the rollouts.")
     num_cpus_per_replica: float = Field(0.5, ge=0, description="Ray CPUs reserved per policy replica.")
     num_gpus_per_replica: float = Field(0, ge=0, description="GPUs per replica (vllm on a GPU machine: 1).")

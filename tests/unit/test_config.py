@@ -1,4 +1,5 @@
 import dataclasses
+import re
 import typing
 from pathlib import Path
 
@@ -148,3 +149,22 @@ def test_checkpoint_keep_accepts_null_and_refuses_zero():
     assert parse_config({"checkpointing": {"keep": None}}).checkpointing.keep is None
     with pytest.raises(ConfigError, match=r"checkpointing\.keep"):
         parse_config({"checkpointing": {"keep": 0}})
+
+
+@pytest.mark.parametrize(("override", "named"), [
+    ("policy.vllm.gpu_memory_utilization=2", "policy.vllm.gpu_memory_utilization"),
+    ("policy.vllm.sleep_mode=maybe", "policy.vllm.sleep_mode"),
+    ("env.llm.attempts=0", "attempts must be an integer >= 1"),
+    ("env.llm={bogus: 1}", "unknown LLM config keys ['bogus']"),
+])
+def test_typed_vllm_and_llm_settings_fail_when_loaded(override, named):
+    """policy.vllm's own keys and env.llm (the role client's settings) are checked when the config loads."""
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        load_config(None, [override])
+
+
+def test_vllm_engine_arguments_pass_through_and_llm_settings_stay_as_written():
+    config = load_config(None, ["policy.vllm={max_num_batched_tokens: 4096, sessions: false}",
+                                "env.llm={model: m, attempts: 2}"])
+    assert config.policy.vllm == {"sessions": False, "max_num_batched_tokens": 4096}
+    assert config.env.llm == {"model": "m", "attempts": 2}
