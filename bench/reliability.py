@@ -880,7 +880,7 @@ def scenario_2_replica_killed(episodes: int = 64, *, model: str = "tiny-random")
 
 @scenario(6, "userrl evaluate with a gym that cannot be built")
 def scenario_6_broken_gym(episodes_per_gym: int = 8, *, model: str = "tiny-random") -> ScenarioResult:
-    """`userrl evaluate` over Function and a Turtle gym given an unknown keyword: Function is scored,
+    """`userrl evaluate` over Function and a Turtle gym given an unknown reward preset: Function is scored,
     Turtle's episodes are aborted with the error, the exit status is 3."""
     import tempfile
     from pathlib import Path
@@ -895,7 +895,7 @@ def scenario_6_broken_gym(episodes_per_gym: int = 8, *, model: str = "tiny-rando
             "experiment": {"name": "broken-gym", "output_dir": out},
             "env": {"protocol": "bracket", "max_turns": 3, "max_steps": 3,
                     "gyms": [{"name": "function", "difficulty": [0]},
-                             {"name": "turtle", "kwargs": {"no_such_argument": 1}}]},
+                             {"name": "turtle", "kwargs": {"reward_preset": "no_such_preset"}}]},
             "policy": {"model": model, "max_new_tokens": 8, "num_threads": 1},
             "evaluation": {"max_episodes_per_gym": episodes_per_gym},
             "tracking": {"mlflow_uri": f"sqlite:///{out}/mlflow.db"}}))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
 import logging
 import pkgutil
 from collections.abc import Callable, Iterator, Mapping
@@ -113,6 +114,16 @@ def get_gym(name: str) -> type[MultiTurnEnv]:
 def uses_role_client(name: str) -> bool:
     """Whether gym `name` has model-backed roles, i.e. its env takes an `llm` RoleClient."""
     return gym_record(name).env_cls.uses_role_client
+
+
+def env_keywords(name: str) -> set[str]:
+    """The constructor keywords gym `name` accepts: the base env's and its own (`_configure`'s)."""
+    cls = get_gym(name)
+    keywords = set()
+    for function in (MultiTurnEnv.__init__, cls._configure):
+        keywords |= {p.name for p in inspect.signature(function).parameters.values()
+                     if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in ("self", "task")}
+    return keywords
 
 
 def make_env(name: str, task: Task | None = None, **kwargs: Any) -> MultiTurnEnv:

@@ -38,6 +38,16 @@ class GymSpec(_Section):
     difficulty: list[int] | None = Field(None, description="Difficulty levels to keep (gyms that have them).")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="Extra env constructor arguments.")
 
+    @model_validator(mode="after")
+    def _known_kwargs(self) -> GymSpec:
+        from userrl.envs.registry import env_keywords
+
+        allowed = env_keywords(self.name)
+        unknown = sorted(set(self.kwargs) - allowed)
+        if unknown:  # caught at load, not at the first episode; values are checked when the gym is built
+            raise ValueError(f"kwargs: unknown keyword(s) {unknown} for gym {self.name!r}, which takes {sorted(allowed)}")
+        return self
+
     @field_validator("name")
     @classmethod
     def _known_gym(cls, value: str) -> str:

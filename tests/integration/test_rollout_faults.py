@@ -164,7 +164,7 @@ def test_evaluate_scores_the_other_gyms_when_one_cannot_be_built(ray_local, tmp_
         "experiment": {"name": "broken-gym", "output_dir": str(tmp_path)},
         "env": {"protocol": "bracket", "max_turns": 3, "max_steps": 3,
                 "gyms": [{"name": "function", "difficulty": [0]},
-                         {"name": "turtle", "kwargs": {"no_such_argument": 1}}]},
+                         {"name": "turtle", "kwargs": {"reward_preset": "no_such_preset"}}]},
         "policy": {"model": "tiny-random", "max_new_tokens": 8, "num_threads": 1},
         "evaluation": {"max_episodes_per_gym": 4},
         "tracking": {"mlflow_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"},
@@ -175,4 +175,4 @@ def test_evaluate_scores_the_other_gyms_when_one_cannot_be_built(ray_local, tmp_
     metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
     assert metrics["gyms"]["function"]["episodes"] == 4 and metrics["gyms"]["function"]["aborted"] == 0
     assert metrics["gyms"]["turtle"]["aborted"] == 4
-    assert "turtle" in out and "no_such_argument" in out
+    assert "turtle" in out and "no_such_preset" in out

@@ -168,3 +168,10 @@ def test_vllm_engine_arguments_pass_through_and_llm_settings_stay_as_written():
                                 "env.llm={model: m, attempts: 2}"])
     assert config.policy.vllm == {"sessions": False, "max_num_batched_tokens": 4096}
     assert config.env.llm == {"model": "m", "attempts": 2}
+
+
+def test_unknown_gym_keywords_fail_when_loaded_and_name_what_the_gym_takes():
+    with pytest.raises(ConfigError, match=r"unknown keyword\(s\) \['no_such_argument'\] for gym 'turtle'.*oracle_history_turns"):
+        load_config(None, ["env.gyms=[{name: turtle, kwargs: {no_such_argument: 1}}]"])
+    config = load_config(None, ["env.gyms=[{name: turtle, kwargs: {oracle_history_turns: 2}}]"])
+    assert config.env.gyms[0].kwargs == {"oracle_history_turns": 2}
