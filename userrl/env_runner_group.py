@@ -49,6 +49,20 @@ def env_kwargs(config: UserRLConfig) -> dict[str, dict[str, Any]]:
                         **spec.kwargs} for spec in ec.gyms}
 
 
+def _answers(calls: dict[int, Any], timeout: float) -> dict[int, Any]:
+    """What each call (by actor index) returned within `timeout`: its value, or the actor error it raised;
+    calls still running are left out."""
+    ready = set(ray.wait(list(calls.values()), num_returns=len(calls), timeout=timeout)[0])
+    answers: dict[int, Any] = {}
+    for index, ref in calls.items():
+        if ref in ready:
+            try:
+                answers[index] = ray.get(ref)
+            except _ACTOR_DOWN as error:
+                answers[index] = error
+    return answers
+
+
 def node_preference(labels: dict[str, str]) -> dict[str, Any]:
     """Actor options that prefer nodes with these labels (soft: any node when none is alive)."""
     if not labels:
@@ -61,7 +75,7 @@ def node_preference(labels: dict[str, str]) -> dict[str, Any]:
 class EnvRunnerGroup:
     """Env runners and replicas as Ray actors, with one least-loaded dispatch and fault tolerance."""
 
-    def __init__(self, config: UserRLConfig, model_path: str, version: int = 0):
+    def __init__(self, config: UserRLConfig, model_path: str):
         from transformers import AutoTokenizer
 
         self.config = config
@@ -91,7 +105,7 @@ class EnvRunnerGroup:
                                       env_kwargs(config), user_backend=ec.backend, llm=ec.llm,
                                       user_replicas=self.user_replicas, user_tokenizer_path=user_path)
                         for _ in range(er.num_env_runners)]
-        self.version = version
+        self.version = 0  # of the weights the replicas serve; set by sync_weights
         self._weights: Any = None  # object ref of the last weights sent, for replicas that restart
         self._load = [0] * len(self.runners)
         self._down: set[int] = set()
@@ -126,17 +140,8 @@ class EnvRunnerGroup:
     @property
     def healthy_runners(self) -> list[int]:
         """Indices of the runners that answer now."""
-        pings = [runner.ping.remote() for runner in self.runners]
-        ready, _ = ray.wait(pings, num_returns=len(pings), timeout=5.0)
-        healthy = []
-        for index, ref in enumerate(pings):
-            if ref in ready:
-                try:
-                    ray.get(ref)
-                except _ACTOR_DOWN:
-                    continue
-                healthy.append(index)
-        return healthy
+        answers = _answers({i: runner.ping.remote() for i, runner in enumerate(self.runners)}, timeout=5.0)
+        return [i for i, answer in sorted(answers.items()) if not isinstance(answer, BaseException)]
 
     def _pick_runner(self) -> int | None:
         """The least-loaded live runner; None while every runner is down (being restarted)."""
@@ -149,14 +154,9 @@ class EnvRunnerGroup:
         if not self._down or now - self._runners_checked < HEALTH_CHECK_S:
             return
         self._runners_checked = now
-        pings = {self.runners[i].ping.remote(): i for i in self._down}
-        ready, _ = ray.wait(list(pings), num_returns=len(pings), timeout=0.5)
-        for ref in ready:
-            try:
-                ray.get(ref)
-            except _ACTOR_DOWN:  # still restarting (a lost node is noticed after some seconds)
-                continue
-            self._down.discard(pings[ref])
+        answers = _answers({i: self.runners[i].ping.remote() for i in self._down}, timeout=0.5)
+        # A runner that still raises is restarting (a lost node is noticed after some seconds).
+        self._down -= {i for i, answer in answers.items() if not isinstance(answer, BaseException)}
 
     def _runner_failed(self, index: int, error: BaseException) -> None:
         if not self.restart:
@@ -174,21 +174,16 @@ class EnvRunnerGroup:
         if not force and now - self._checked < HEALTH_CHECK_S:
             return
         self._checked = now
-        pings = {replica.get_version.remote(): i for i, replica in enumerate(self.replicas)}
-        ready, _ = ray.wait(list(pings), num_returns=len(pings), timeout=0.5)
-        for ref in ready:
-            try:
-                version = ray.get(ref)
-            except _ACTOR_DOWN as error:  # restarting: it answers at a later check
+        answers = _answers({i: replica.get_version.remote() for i, replica in enumerate(self.replicas)}, timeout=0.5)
+        for index, answer in answers.items():
+            if isinstance(answer, BaseException):  # restarting: it answers at a later check
                 if not self.restart:
-                    raise RuntimeError(f"policy replica {pings[ref]} died ({error}); set "
-                                       "env_runners.restart_failed_env_runners=true to restart it") from error
-                continue
-            if version == AWAITING_WEIGHTS:
-                self._restore(self.replicas[pings[ref]])
+                    raise RuntimeError(f"policy replica {index} died ({answer}); set "
+                                       "env_runners.restart_failed_env_runners=true to restart it") from answer
+            elif answer == AWAITING_WEIGHTS:
+                self._restore(self.replicas[index])
                 self.counters["replica_restarts"] += 1
-                log.warning("policy replica %d was restarted; it now has weights version %d", pings[ref],
-                            self.version)
+                log.warning("policy replica %d was restarted; it now has weights version %d", index, self.version)
 
     def _restore(self, replica: Any) -> None:
         if self._weights is None:  # never synced: the model folder it loaded holds the current weights
