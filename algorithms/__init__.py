@@ -1,8 +1,24 @@
-"""Pure-math pieces of the learner: GRPO multi-turn advantages, token rewards and actor losses.
+"""Pure-math pieces of the learner: GRPO and GAE advantages, token rewards, actor and critic losses.
 
 Only torch and numpy are imported here, so everything can be unit-tested on a CPU without Ray.
 """
 
+from .gae import (
+    ADV_ESTIMATORS,
+    GAE_ESTIMATORS,
+    MT_GAE_RETURNS,
+    GAEConfig,
+    bilevel_gae,
+    explained_variance,
+    gae_advantages,
+    high_variance_groups,
+    multiturn_gae,
+    value_loss,
+    value_loss_mask,
+    vanilla_gae,
+    weighted_bilevel_gae,
+    whiten,
+)
 from .grpo import (
     TRAJECTORY_SCORES,
     TURN_CREDITS,
@@ -32,22 +48,31 @@ from .loss import (
 from .rewards import REWARD_PLACEMENTS, place_token_rewards
 
 __all__ = [
+    "ADV_ESTIMATORS",
     "AGG_MODES",
+    "GAE_ESTIMATORS",
     "KL_KINDS",
+    "MT_GAE_RETURNS",
     "REWARD_PLACEMENTS",
     "TRAJECTORY_SCORES",
     "TURN_CREDITS",
+    "GAEConfig",
     "GRPOConfig",
     "aggregate",
+    "bilevel_gae",
     "broadcast_advantages",
     "canonical_credit_method",
     "canonical_score_method",
+    "explained_variance",
+    "gae_advantages",
     "group_moments",
     "group_normalize",
     "group_statistics",
     "grpo_multiturn_advantages",
+    "high_variance_groups",
     "kl_penalty",
     "masked_token_mean",
+    "multiturn_gae",
     "place_token_rewards",
     "policy_loss",
     "sft_loss",
@@ -56,4 +81,9 @@ __all__ = [
     "token_logprobs",
     "trajectory_score",
     "turn_credits",
+    "value_loss",
+    "value_loss_mask",
+    "vanilla_gae",
+    "weighted_bilevel_gae",
+    "whiten",
 ]
