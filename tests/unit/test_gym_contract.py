@@ -63,7 +63,8 @@ def test_registry_record(name: str) -> None:
 
 
 def test_the_eight_gyms_are_registered() -> None:
-    assert NAMES == ["function", "intention", "persuade", "search", "tau", "telepathy", "travel", "turtle"]
+    assert NAMES == ["frozenlake", "function", "intention", "persuade", "search", "sokoban", "tau", "telepathy",
+                     "travel", "turtle"]
 
 
 @pytest.mark.parametrize("name", NAMES)
