@@ -113,7 +113,7 @@ def _rank(rank: int, world: int, port: int, model_path: str, args: argparse.Name
     learner = Learner(model_path, config, AutoTokenizer.from_pretrained(model_path).pad_token_id)
     model_config = AutoConfig.from_pretrained(model_path)
     trajectories = _trajectories(args.batch, args.group, args.prompt, args.response, model_config.vocab_size, 0)
-    advantages, _ = learner.compute_advantages(trajectories)
+    advantages, _, _ = learner.compute_advantages(trajectories)
     seconds, metrics = [], {}
     for step in range(args.warmup + args.updates):
         if cuda:

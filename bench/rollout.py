@@ -153,7 +153,7 @@ def learner_throughput(config, model_path: str, trajectories) -> tuple[dict, flo
     if not dist.is_initialized():
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
     learner = Learner(model_path, config, AutoTokenizer.from_pretrained(model_path).pad_token_id)
-    advantages, _ = learner.compute_advantages(trajectories)
+    advantages, _, _ = learner.compute_advantages(trajectories)
     start = time.perf_counter()
     metrics = learner.update(trajectories, advantages)
     seconds = time.perf_counter() - start

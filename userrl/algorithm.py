@@ -25,7 +25,7 @@ from userrl import faults
 from userrl.cluster import init_ray
 from userrl.config import UserRLConfig, apply_overrides, parse_config
 from userrl.env_runner_group import EnvRunnerGroup
-from userrl.models import resolve_model
+from userrl.models import check_critic_model, resolve_model
 from userrl.tracking import MLflowTracker
 from userrl.train_loop import train_loop_per_worker
 
@@ -123,6 +123,8 @@ class GRPOMultiTurn:
             raise FileNotFoundError(f"checkpointing.resume_from={resume} is not a userrl checkpoint folder "
                                     "(no meta.json); pass a folder written by a training run")
         self.model_path = str(Path(resume).resolve() / "model") if resume else resolve_model(config.policy.model)
+        self.critic_path = (check_critic_model(config.critic.model, self.model_path)
+                            if config.training.uses_critic and config.critic.model else None)
         self.env_runner_group = EnvRunnerGroup(config, self.model_path)
 
     def fit(self, on_result: Callable[[dict[str, Any]], None] | None = None,
@@ -139,6 +141,7 @@ class GRPOMultiTurn:
         trainer = TorchTrainer(
             train_loop_per_worker,
             train_loop_config={"config": config.model_dump(mode="json"), "model_path": self.model_path,
+                               "critic_path": self.critic_path,
                                "env_runner_group": self.env_runner_group, "results": results_queue,
                                # Marks this fit's checkpoints: a restarted learner group resumes only from those.
                                "fit_id": uuid.uuid4().hex, "fault": os.environ.get(faults.ENV)},

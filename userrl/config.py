@@ -9,13 +9,14 @@ from __future__ import annotations
 import difflib
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 if TYPE_CHECKING:
-    from userrl.algorithms import GRPOConfig  # torch: imported by grpo() only, so the CLI starts without it
+    # torch: imported by grpo()/gae() only, so the CLI starts without it
+    from userrl.algorithms import GAEConfig, GRPOConfig
 
 
 class ConfigError(ValueError):
@@ -160,6 +161,40 @@ class PolicyConfig(_Section):
     top_p: float = Field(1.0, gt=0, le=1, description="Rollout nucleus sampling (1 = off).")
 
 
+Estimator = Literal["grpo_multiturn", "gae", "gae_multiturn", "gae_bilevel", "gae_bilevel_weighted"]
+ESTIMATORS: tuple[str, ...] = get_args(Estimator)
+_GAE = ESTIMATORS[1:]
+_BILEVEL = ("gae_bilevel", "gae_bilevel_weighted")
+#: Training keys that only some estimators read (a non-default value with another estimator is an error).
+ESTIMATOR_KEYS: dict[str, tuple[str, ...]] = {
+    "trajectory_score": ("grpo_multiturn",),  # also GAE with reward_placement outcome (the score is the reward)
+    "turn_credit": ("grpo_multiturn",),
+    "norm_adv_by_std": ("grpo_multiturn",),
+    "eps": ("grpo_multiturn",),
+    "mean_score_round": ("grpo_multiturn",),
+    "lam": _GAE,
+    "gamma_H": _BILEVEL,
+    "lam_H": _BILEVEL,
+    "turn_level_weight": ("gae_bilevel_weighted",),
+    "mt_gae_returns": ("gae_multiturn",),
+    "reward_placement": _GAE,
+    "whiten_advantages": _GAE,
+}
+#: RAGEN's settings (spec ALGORITHMS.md 4.9), filled in by `training.preset` where a config leaves them out.
+PRESETS: dict[str, dict[str, Any]] = {
+    "ragen": {"adv_estimator": "gae", "clip_ratio_low": 0.2, "clip_ratio_high": 0.28, "entropy_coeff": 0.001,
+              "gamma": 1.0, "lam": 1.0},
+    "ragen_multiturn": {"adv_estimator": "gae_bilevel_weighted", "gamma": 1.0, "lam": 1.0, "gamma_H": 0.95,
+                        "lam_H": 0.95, "turn_level_weight": 0.1, "clip_ratio_low": 0.2, "clip_ratio_high": 0.2,
+                        "use_kl_loss": True, "kl_loss_coef": 0.001},
+}
+
+
+def _users_hint(unused: list[str]) -> str:
+    keys = [item.split("=", 1)[0].removeprefix("training.") for item in unused]
+    return "; ".join(f"{key}: {', '.join(ESTIMATOR_KEYS[key])}" for key in keys)
+
+
 class TrainingConfig(_Section):
     """The RL update. The GRPO estimator's settings (trajectory_score .. mean_score_round) are the fields of
     `userrl.algorithms.GRPOConfig` under the same names: `grpo()` builds it from them."""
@@ -181,7 +216,9 @@ class TrainingConfig(_Section):
     turn_credit: str = Field(
         "equalized", description="How a trajectory's normalized score is spread over its turns: equalized, r2g "
         "(reward-to-go) or em (exponential map of the turn reward).")
-    gamma: float = Field(0.8, ge=0, le=1, description="Discount of the r2g score and credits.")
+    gamma: float | None = Field(
+        None, ge=0, le=1, description="Discount: of GRPO's r2g score and credits, or the token-level GAE discount; "
+        "null = 0.8 for grpo_multiturn, 1.0 for the GAE estimators (RAGEN).")
     norm_adv_by_std: bool = Field(True, description="Divide group-centered scores by the group's std (+ eps); "
                                   "false = centering only.")
     eps: float = Field(1e-6, description="Added to the group std before dividing.")
@@ -198,10 +235,78 @@ class TrainingConfig(_Section):
     kl_loss_coef: float = Field(0.001, description="Weight of the KL penalty.")
     kl_loss_type: Literal["kl", "abs", "mse", "low_var_kl"] = Field(
         "low_var_kl", description="KL estimator: kl (k1), abs, mse (k2) or low_var_kl (k3).")
+    adv_estimator: Estimator = Field(
+        "grpo_multiturn", description="Advantage estimator: grpo_multiturn (UserRL, no critic) or one of RAGEN's "
+        "GAE variants with a critic (spec ALGORITHMS.md 4): gae (env tokens are ordinary steps), gae_multiturn "
+        "(env tokens skipped), gae_bilevel (turn-level then token-level GAE), gae_bilevel_weighted (its blend).")
+    preset: Literal["ragen", "ragen_multiturn"] | None = Field(
+        None, description="Fills the training keys a config leaves out with RAGEN's settings (spec 4.9): ragen = "
+        "gae, clip 0.2/0.28, entropy_coeff 0.001, gamma = lam = 1; ragen_multiturn = gae_bilevel_weighted, "
+        "gamma = lam = 1, gamma_H = lam_H = 0.95, turn_level_weight 0.1, clip 0.2/0.2, KL loss 0.001.")
+    lam: float = Field(1.0, ge=0, le=1, description="GAE lambda (token level; GAE estimators only).")
+    gamma_H: float = Field(0.95, ge=0, le=1, description="Turn-level discount (gae_bilevel*, spec 4.4).")
+    lam_H: float = Field(0.95, ge=0, le=1, description="Turn-level GAE lambda (gae_bilevel*, spec 4.4).")
+    turn_level_weight: float = Field(0.1, ge=0, le=1, description="w of the cross-level blend "
+                                     "(gae_bilevel_weighted, spec 4.5).")
+    mt_gae_returns: Literal["adv_plus_value", "cumulative"] = Field(
+        "adv_plus_value", description="Critic targets of gae_multiturn: A + V, or the discounted reward sum over "
+        "agent tokens (spec 4.3).")
+    reward_placement: Literal["turn", "outcome"] = Field(
+        "turn", description="GAE estimators: each turn's reward on its last sampled token (turn), or the "
+        "trajectory score on the last sampled token (outcome) (spec 1.6).")
+    whiten_advantages: bool = Field(True, description="GAE estimators: whiten the advantages over the batch's "
+                                    "agent tokens (spec 4.6).")
+    rollout_filter_ratio: float = Field(
+        1.0, gt=0, le=1, description="StarPO-S (RAGEN): keep this fraction of the task groups, those whose "
+        "episode returns vary most (population std), for the update; 1 = keep all.")
+    format_penalty: float = Field(
+        0.0, le=0, description="Added to the reward of a turn that ended the episode without a well-formed "
+        "action (stop reason no_tool_call), for the advantages only (RAGEN's format penalty, e.g. -0.1); 0 = off.")
     drop_aborted: bool = Field(True, description="Exclude aborted episodes from the update (always counted).")
     async_rollout: bool = Field(
         False, description="Overlap the next iteration's rollout with this iteration's update: trajectories are "
         "at most one policy version behind, and the loss takes the PPO ratio against the sampler's logprobs.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset_and_gamma(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        preset = PRESETS.get(data.get("preset") or "", {})
+        estimator = data.get("adv_estimator", preset.get("adv_estimator", "grpo_multiturn"))
+        for key, value in preset.items():  # only keys the config leaves out, and only those its estimator uses
+            if data.get(key) is None and estimator in ESTIMATOR_KEYS.get(key, ESTIMATORS):
+                data[key] = value
+        if data.get("gamma") is None:
+            data["gamma"] = 0.8 if data.get("adv_estimator", "grpo_multiturn") == "grpo_multiturn" else 1.0
+        return data
+
+    @model_validator(mode="after")
+    def _keys_of_the_estimator(self) -> TrainingConfig:
+        # Non-default values only: a default has no effect, and a config read back from its own dump must pass.
+        unused = [f"training.{key}={getattr(self, key)!r}" for key, users in ESTIMATOR_KEYS.items()
+                  if self.adv_estimator not in users and getattr(self, key) != TrainingConfig.model_fields[key].default
+                  and not (key == "trajectory_score" and self.reward_placement == "outcome")]
+        if unused:
+            raise ValueError(
+                f"{', '.join(unused)}: not used by training.adv_estimator={self.adv_estimator}; remove "
+                f"{'it' if len(unused) == 1 else 'them'} or pick an estimator that uses "
+                f"{'it' if len(unused) == 1 else 'them'} ({_users_hint(unused)})")
+        return self
+
+    @property
+    def uses_critic(self) -> bool:
+        """Whether the estimator needs a value model (every GAE estimator)."""
+        return self.adv_estimator != "grpo_multiturn"
+
+    def gae(self) -> GAEConfig:
+        """The `userrl.algorithms.GAEConfig` of these settings (GAE estimators)."""
+        from userrl.algorithms import GAEConfig
+
+        return GAEConfig(estimator=self.adv_estimator, gamma=self.gamma, lam=self.lam, gamma_H=self.gamma_H,
+                         lam_H=self.lam_H, turn_level_weight=self.turn_level_weight,
+                         mt_gae_returns=self.mt_gae_returns)
 
     @field_validator("trajectory_score")
     @classmethod
@@ -224,6 +329,18 @@ class TrainingConfig(_Section):
         from userrl.algorithms import GRPOConfig
 
         return GRPOConfig(**{f.name: getattr(self, f.name) for f in fields(GRPOConfig)})
+
+
+class CriticConfig(_Section):
+    """The value model of the GAE estimators (spec ALGORITHMS.md 4.7); unused by grpo_multiturn."""
+
+    model: str | None = Field(
+        None, description="Where the critic starts: null = the policy's starting weights with a fresh scalar head; "
+        "or a folder (a userrl checkpoint's critic/ or any Hugging Face model of the policy's architecture).")
+    lr: float = Field(1e-5, gt=0, description="AdamW learning rate of the critic (its own optimizer).")
+    cliprange_value: float = Field(0.5, gt=0, description="Value clip around the values before the update (spec 4.7).")
+    mask_obs: bool = Field(True, description="Train the critic on agent tokens only (true, RAGEN's stable choice) "
+                           "or on every token from the first agent token on, env tokens included (false).")
 
 
 class SFTConfig(_Section):
@@ -301,7 +418,8 @@ class UserRLConfig(_Section):
     env: EnvConfig = Field(default_factory=EnvConfig, description="Gyms, episode limits, simulated users.")
     env_runners: EnvRunnerConfig = Field(default_factory=EnvRunnerConfig, description="The actors playing episodes.")
     policy: PolicyConfig = Field(default_factory=PolicyConfig, description="The model and its rollout replicas.")
-    training: TrainingConfig = Field(default_factory=TrainingConfig, description="The RL update (GRPO, PPO loss).")
+    training: TrainingConfig = Field(default_factory=TrainingConfig, description="The RL update (GRPO or GAE, PPO loss).")
+    critic: CriticConfig = Field(default_factory=CriticConfig, description="The value model (GAE estimators).")
     sft: SFTConfig = Field(default_factory=SFTConfig, description="The SFT warm start.")
     learners: LearnerConfig = Field(default_factory=LearnerConfig, description="The learner group (FSDP2).")
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig, description="Held-out evaluation.")
@@ -315,6 +433,16 @@ class UserRLConfig(_Section):
             raise ValueError(
                 "training.async_rollout=true cannot be combined with policy.vllm.sleep_mode=true: replicas "
                 "cannot sleep during the update while they generate the next batch; set one of them to false")
+        changed = [f"critic.{key}" for key, field in CriticConfig.model_fields.items()
+                   if getattr(self.critic, key) != field.default]
+        if changed and not self.training.uses_critic:
+            raise ValueError(
+                f"{', '.join(changed)}: training.adv_estimator=grpo_multiturn has no critic; set "
+                f"training.adv_estimator to a GAE estimator ({', '.join(_GAE)}) or remove the critic settings")
+        if self.training.uses_critic and not self.critic.mask_obs and self.env.max_turns == 1:
+            raise ValueError(
+                "critic.mask_obs=false trains the critic on env tokens between agent turns, but env.max_turns=1 "
+                "leaves none; remove critic.mask_obs or raise env.max_turns")
         return self
 
     @property
@@ -378,8 +506,9 @@ def _explain(error: ValidationError) -> str:
     valid = _valid_paths(UserRLConfig)
     for item in error.errors():
         loc = ".".join(str(part) for part in item["loc"])
-        if not loc:  # a whole-config check (model validator): its message names the fields itself
-            lines.append(str(item.get("ctx", {}).get("error", item["msg"])))
+        if not loc or (item["type"] == "value_error" and isinstance(item.get("input"), dict)):  # a model validator
+            message = str(item.get("ctx", {}).get("error", item["msg"]))
+            lines.append(message if not loc or message.startswith(loc) else f"{loc}: {message}")
         elif item["type"] == "extra_forbidden":
             parent = loc.rsplit(".", 1)[0] + "." if "." in loc else ""
             siblings = [p for p in valid if p.startswith(parent) and "." not in p[len(parent):]]

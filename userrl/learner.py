@@ -1,4 +1,4 @@
-"""Learner: one rank of the FSDP2-sharded policy; updates it with GRPO-multiturn or SFT.
+"""Learner: one rank of the FSDP2-sharded policy (and critic); updates them with GRPO-multiturn, GAE + PPO, or SFT.
 
 It runs inside a Ray Train worker (which set up torch.distributed: gloo on CPU, NCCL on GPU), and
 also alone in a plain process with a one-member process group, as in the unit tests.
@@ -12,6 +12,7 @@ import os
 import random
 import shutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,22 +26,32 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-from transformers import AutoModelForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
 
 from userrl.algorithms import (
     aggregate,
+    explained_variance,
+    gae_advantages,
     grpo_multiturn_advantages,
     kl_penalty,
     masked_token_mean,
+    place_token_rewards,
     policy_loss,
     sft_loss,
     token_entropy,
     token_logprobs,
+    trajectory_score,
+    value_loss,
+    value_loss_mask,
 )
 from userrl.algorithms.loss import aggregation_count
 from userrl.batch import TensorBatch, collate, plan_micro_batches
 from userrl.config import UserRLConfig
 from userrl.trajectory import Trajectory
+
+#: The files a critic adds to a checkpoint folder: its weights (a Hugging Face token-classification folder
+#: with one label, the value head) and its optimizer state.
+CRITIC_DIR, CRITIC_OPTIMIZER = "critic", "critic_optimizer.pt"
 
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
@@ -55,9 +66,16 @@ def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     raise ValueError(f"cannot find the decoder layers of {type(model).__name__} to shard")
 
 
-def load_sharded_model(path: str, device: torch.device, bf16: bool, trainable: bool = True) -> torch.nn.Module:
-    """Load a causal LM and shard it with FSDP2: each decoder layer, then the root."""
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device)
+def load_sharded_model(path: str, device: torch.device, bf16: bool, trainable: bool = True,
+                       value_head: bool = False) -> torch.nn.Module:
+    """Load a causal LM (or, with value_head, the same trunk with a scalar head) and shard it with FSDP2."""
+    if value_head:  # from a causal LM folder the trunk loads and the head `score` starts fresh
+        # No dropout before the head (transformers' default is 0.1): values must not be noisy in training mode.
+        config = AutoConfig.from_pretrained(path, num_labels=1)
+        config.classifier_dropout = 0.0
+        model = AutoModelForTokenClassification.from_pretrained(path, config=config, dtype=torch.float32).to(device)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device)
     model.config.use_cache = False
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if (
         bf16 and device.type == "cuda") else MixedPrecisionPolicy()
@@ -70,10 +88,30 @@ def load_sharded_model(path: str, device: torch.device, bf16: bool, trainable: b
     return model
 
 
+def estimator_turn_rewards(trajectory: Trajectory, format_penalty: float = 0.0) -> list[float]:
+    """The turn rewards the estimator sees: with a format penalty, the turn that ended the episode without a
+    well-formed action (stop reason no_tool_call) gets it added; the trajectory's own record stays as played."""
+    rewards = trajectory.turn_rewards
+    if format_penalty and trajectory.stop_reason == "no_tool_call" and trajectory.turns[-1:] and (
+            trajectory.turns[-1].n_sampled > 0):  # a reward must sit on a sampled token (spec 1.6)
+        rewards[-1] += format_penalty
+    return rewards
+
+
+@dataclass
+class ValueTargets:
+    """What the critic's update needs from the advantage pass: values before the update, returns (per trajectory,
+    aligned with input_ids), and the pass's critic statistics for logging."""
+
+    old_values: list[torch.Tensor]
+    returns: list[torch.Tensor]
+    stats: dict[str, float]
+
+
 class Learner:
     """One rank of the learner group."""
 
-    def __init__(self, model_path: str, config: UserRLConfig, pad_token_id: int):
+    def __init__(self, model_path: str, config: UserRLConfig, pad_token_id: int, critic_path: str | None = None):
         if not dist.is_initialized():
             raise RuntimeError("Learner needs torch.distributed; run it in a Ray Train worker or init a group")
         self.config = config
@@ -88,6 +126,16 @@ class Learner:
             config.training.use_kl_loss) else None
         self.optimizer = self.make_optimizer(config.training.lr)
         tc = config.training
+        # The critic of the GAE estimators: its own FSDP2 model and optimizer in the same worker group. It
+        # starts from `critic_path` (a checkpoint's critic/), else critic.model, else the policy's weights.
+        self.critic: torch.nn.Module | None = None
+        if tc.uses_critic:
+            self.critic = load_sharded_model(critic_path or config.critic.model or model_path, self.device,
+                                             self.bf16, value_head=True)
+            if config.learners.gradient_checkpointing:
+                self.critic.gradient_checkpointing_enable()
+            self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(), lr=config.critic.lr,
+                                                      betas=tuple(tc.betas), weight_decay=tc.weight_decay)
         # The sampler's logprobs are of softmax(logits / T); the RL loss must see the same distribution.
         # Greedy sampling (T = 0) reports plain log_softmax, so it pairs with T = 1 here.
         self.temperature = config.policy.temperature if config.policy.temperature > 0 else 1.0
@@ -145,16 +193,75 @@ class Learner:
 
     # ---------------------------------------------------------------- updates
 
-    def compute_advantages(self, trajectories: list[Trajectory]) -> tuple[list[torch.Tensor], dict[str, float]]:
-        """GRPO-multiturn advantages per trajectory (computed identically on every rank)."""
+    def compute_advantages(self, trajectories: list[Trajectory]
+                           ) -> tuple[list[torch.Tensor], dict[str, float], ValueTargets | None]:
+        """Advantages per trajectory (identical on every rank; collective with a critic), group statistics, and
+        the critic's targets (GAE estimators; None for grpo_multiturn)."""
+        tc = self.config.training
         batch = collate(trajectories, self.pad_token_id)
-        advantages, stats = grpo_multiturn_advantages(
-            [t.turn_rewards for t in trajectories], [t.group_id for t in trajectories],
-            batch.loss_mask, batch.turn_ids, self.grpo)
-        return [advantages[i, : len(t.input_ids)] for i, t in enumerate(trajectories)], stats
+        rewards = [estimator_turn_rewards(t, tc.format_penalty) for t in trajectories]
+        if not tc.uses_critic:
+            advantages, stats = grpo_multiturn_advantages(
+                rewards, [t.group_id for t in trajectories], batch.loss_mask, batch.turn_ids, self.grpo)
+            return [advantages[i, : len(t.input_ids)] for i, t in enumerate(trajectories)], stats, None
 
-    def update(self, trajectories: list[Trajectory], advantages: list[torch.Tensor] | None = None) -> dict[str, float]:
-        """One GRPO update (advantages given) or one SFT pass (advantages None) over the batch."""
+        values = self.compute_values(trajectories)
+        scores = [trajectory_score(r, self.grpo.trajectory_score, tc.gamma, self.grpo.mean_score_round)
+                  for r in rewards]
+        token_rewards = place_token_rewards(batch.loss_mask, batch.turn_ids, rewards, tc.reward_placement, scores)
+        lengths = [len(t.input_ids) for t in trajectories]
+        masks = [batch.loss_mask[i, :n] for i, n in enumerate(lengths)]
+        advantages, returns = gae_advantages([token_rewards[i, :n] for i, n in enumerate(lengths)], values, masks,
+                                             tc.gae(), tc.whiten_advantages)
+        critic_mask = [value_loss_mask(m, self.config.critic.mask_obs) for m in masks]
+        flat = {name: torch.cat(rows) for name, rows in
+                (("values", values), ("returns", returns), ("mask", critic_mask), ("agent", masks))}
+        counted = max(float(flat["mask"].sum()), 1.0)
+        stats = {"explained_variance": explained_variance(flat["values"], flat["returns"], flat["mask"]),
+                 "value_mean": float((flat["values"] * flat["mask"]).sum()) / counted,
+                 "return_mean": float((flat["returns"] * flat["mask"]).sum()) / counted,
+                 "score_mean": float(sum(scores) / max(len(scores), 1))}
+        return advantages, {"score_mean": stats["score_mean"]}, ValueTargets(values, returns, stats)
+
+    @torch.no_grad()
+    def compute_values(self, trajectories: list[Trajectory]) -> list[torch.Tensor]:
+        """The critic's values per trajectory (aligned with input_ids; 0 at position 0), on every rank (collective).
+
+        Each rank evaluates its share of the micro-batch plan; the shares are then gathered on every rank.
+        """
+        lengths = [len(t.input_ids) for t in trajectories]
+        plan = plan_micro_batches(len(trajectories), lengths, self.world_size,
+                                  self.config.training.micro_batch_tokens)[self.rank]
+        mine: dict[int, torch.Tensor] = {}
+        for micro in plan:
+            values = self._values(self._micro(trajectories, micro))
+            for row, i in enumerate(micro):
+                mine[i] = values[row, : lengths[i]].cpu()
+        gathered: dict[int, torch.Tensor] = {}
+        shares: list[Any] = [None] * self.world_size
+        dist.all_gather_object(shares, mine)
+        for share in shares:
+            gathered.update(share)
+        return [gathered[i] for i in range(len(trajectories))]
+
+    def _values(self, batch: TensorBatch) -> torch.Tensor:
+        """[B, L] float32 values: V at position t is the head's output after reading tokens < t (the state in
+        which token t was sampled), so position 0 has none (0)."""
+        ids = batch.input_ids.to(self.device)
+        with self._autocast():
+            out = self.critic(input_ids=ids, attention_mask=batch.attention_mask.to(self.device)).logits[..., 0]
+        values = torch.zeros(ids.shape, dtype=torch.float32, device=self.device)
+        values[:, 1:] = out[:, :-1].float()
+        return values
+
+    def update(self, trajectories: list[Trajectory], advantages: list[torch.Tensor] | None = None,
+               value_targets: ValueTargets | None = None) -> dict[str, float]:
+        """One RL update (advantages given; with a critic, `value_targets` too) or one SFT pass (advantages None).
+
+        Keys of the critic's metrics start with `critic/`; the rest are the policy's.
+        """
+        if advantages is not None and (self.critic is None) != (value_targets is None):
+            raise ValueError("value_targets must be given exactly when the learner has a critic (GAE estimators)")
         tc = self.config.training
         sft = advantages is None
         size = len(trajectories) if sft or tc.mini_batch_size is None else tc.mini_batch_size
@@ -174,8 +281,14 @@ class Learner:
                 metrics = self._step([trajectories[i] for i in mini],
                                      None if sft else [advantages[i] for i in mini],
                                      None if old is None else [old[i] for i in mini])
+                if value_targets is not None:
+                    metrics.update(self._critic_step([trajectories[i] for i in mini],
+                                                     [value_targets.old_values[i] for i in mini],
+                                                     [value_targets.returns[i] for i in mini]))
                 for key, value in metrics.items():
                     totals[key] = totals.get(key, 0.0) + value / (len(minis) * epochs)
+        if value_targets is not None:
+            totals.update({f"critic/{k}": v for k, v in value_targets.stats.items()})
         return totals
 
     @torch.no_grad()
@@ -290,6 +403,62 @@ class Learner:
             sums["processed_tokens"] += float(batch.attention_mask.sum())
         return sums
 
+    def _critic_step(self, trajectories: list[Trajectory], old_values: list[torch.Tensor],
+                     returns: list[torch.Tensor]) -> dict[str, float]:
+        """One optimizer step of the critic on one mini-batch (every rank)."""
+        sums = self._accumulate_critic_gradients(trajectories, old_values, returns)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.config.training.grad_clip)
+        if hasattr(grad_norm, "full_tensor"):
+            grad_norm = grad_norm.full_tensor()
+        self.critic_optimizer.step()
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        totals = self._all_reduce(sums)
+        return {"critic/value_loss": totals["value_loss"],
+                "critic/vf_clipfrac": totals["vf_clipfrac"] / max(totals["value_tokens"], 1.0),
+                "critic/grad_norm": float(grad_norm)}
+
+    def critic_loss_and_gradients(self, trajectories: list[Trajectory], value_targets: ValueTargets
+                                  ) -> tuple[float, dict[str, torch.Tensor]]:
+        """One mini-batch's value loss and the critic's full gradient, unclipped (for tests; collective, like
+        `loss_and_gradients`): the weights do not change."""
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        sums = self._accumulate_critic_gradients(trajectories, value_targets.old_values, value_targets.returns)
+        grads = {}
+        for name, param in self.critic.named_parameters():
+            if param.grad is not None:
+                grad = param.grad
+                grads[name] = (grad.full_tensor() if hasattr(grad, "full_tensor") else grad).detach().cpu()
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        return self._all_reduce({"value_loss": sums["value_loss"]})["value_loss"], grads
+
+    def _accumulate_critic_gradients(self, trajectories: list[Trajectory], old_values: list[torch.Tensor],
+                                     returns: list[torch.Tensor]) -> dict[str, float]:
+        """Forward and backward of the clipped value loss (spec 4.7) on this rank's micro-batches: each divides
+        its sum by the mini-batch's global count of critic positions, as the policy loss does; returns sums."""
+        cc = self.config.critic
+        lengths = [len(t.input_ids) for t in trajectories]
+        plan = plan_micro_batches(len(trajectories), lengths, self.world_size,
+                                  self.config.training.micro_batch_tokens)[self.rank]
+        whole = collate(trajectories, self.pad_token_id)
+        denominator = max(float(value_loss_mask(whole.loss_mask, cc.mask_obs, whole.attention_mask).sum()), 1.0)
+        sums = dict.fromkeys(("value_loss", "vf_clipfrac", "value_tokens"), 0.0)
+        for micro in plan:
+            batch = self._micro(trajectories, micro)
+            values = self._values(batch)
+            old = torch.zeros_like(values)
+            target = torch.zeros_like(values)
+            for row, i in enumerate(micro):
+                old[row, : lengths[i]] = old_values[i].to(self.device)
+                target[row, : lengths[i]] = returns[i].to(self.device)
+            mask = value_loss_mask(batch.loss_mask, cc.mask_obs, batch.attention_mask).to(self.device)
+            loss, stats = value_loss(values, old, target, mask, cc.cliprange_value, denominator)
+            (loss * self.world_size).backward()  # FSDP2 averages over ranks; the loss is already the global one
+            n = float(mask.sum())
+            sums["value_loss"] += float(loss.detach())
+            sums["vf_clipfrac"] += float(stats["vf_clipfrac"]) * n
+            sums["value_tokens"] += n
+        return sums
+
     def _all_reduce(self, values: dict[str, float]) -> dict[str, float]:
         """Sum scalar metrics over the learner group (on the learner's device: NCCL reduces CUDA tensors only)."""
         tensor = torch.tensor(list(values.values()), dtype=torch.float64, device=self.device)
@@ -307,6 +476,9 @@ class Learner:
         """Write model (HF folder), optimizer, RNG states and metadata atomically (collective)."""
         model_state = get_model_state_dict(self.model, options=_FULL)
         optim_state = get_optimizer_state_dict(self.model, self.optimizer, options=_FULL)
+        if self.critic is not None:
+            critic_state = get_model_state_dict(self.critic, options=_FULL)
+            critic_optim = get_optimizer_state_dict(self.critic, self.critic_optimizer, options=_FULL)
         if self.rank == 0:
             path = Path(path)
             staging = path.with_name(path.name + ".tmp")
@@ -319,6 +491,11 @@ class Learner:
             unwrapped.save_pretrained(staging / "model")
             tokenizer.save_pretrained(staging / "model")
             torch.save(optim_state, staging / "optimizer.pt")
+            if self.critic is not None:
+                critic = AutoModelForTokenClassification.from_config(self.critic.config)
+                critic.load_state_dict(critic_state)
+                critic.save_pretrained(staging / CRITIC_DIR)
+                torch.save(critic_optim, staging / CRITIC_OPTIMIZER)
             torch.save({"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
                         "python": random.getstate()}, staging / "rng.pt")
             (staging / "meta.json").write_text(json.dumps({**meta, **self.checkpoint_meta}, indent=2))
@@ -330,9 +507,13 @@ class Learner:
         dist.barrier()
 
     def load_optimizer(self, path: Path) -> None:
-        """Restore optimizer and RNG states from a checkpoint folder (every rank reads the full state)."""
+        """Restore optimizer (and critic optimizer) and RNG states from a checkpoint folder (every rank reads them)."""
         optim_state = torch.load(Path(path) / "optimizer.pt", weights_only=False)
         set_optimizer_state_dict(self.model, self.optimizer, optim_state_dict=optim_state, options=_FULL)
+        critic_optim = Path(path) / CRITIC_OPTIMIZER
+        if self.critic is not None and critic_optim.is_file():  # else the critic starts fresh (e.g. from SFT)
+            set_optimizer_state_dict(self.critic, self.critic_optimizer, options=_FULL,
+                                     optim_state_dict=torch.load(critic_optim, weights_only=False))
         rng = torch.load(Path(path) / "rng.pt", weights_only=False)
         torch.set_rng_state(rng["torch"])
         np.random.set_state(rng["numpy"])

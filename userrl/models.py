@@ -121,3 +121,22 @@ def resolve_model(name: str) -> str:
         f"policy.model={name!r} is neither a known model ({', '.join(_BUILDERS)}) nor a local Hugging Face "
         "folder with a config.json (this machine has no network access to download models)"
     )
+
+
+def check_critic_model(critic: str, policy_path: str) -> str:
+    """Resolve `critic.model` and check that it reads the policy's tokens; returns its folder.
+
+    The critic scores the policy's token ids, so it must be the policy's model type with the same vocabulary.
+    """
+    from transformers import AutoConfig
+
+    from userrl.config import ConfigError
+
+    path = resolve_model(critic)
+    theirs, ours = AutoConfig.from_pretrained(path), AutoConfig.from_pretrained(policy_path)
+    if (theirs.model_type, theirs.vocab_size) != (ours.model_type, ours.vocab_size):
+        raise ConfigError(
+            f"critic.model={critic}: a {theirs.model_type} model with a vocabulary of {theirs.vocab_size}, but the "
+            f"critic scores the policy's tokens ({ours.model_type}, vocabulary {ours.vocab_size}); give a "
+            "checkpoint of the policy's architecture, or leave critic.model null to start from the policy")
+    return path

@@ -25,11 +25,12 @@ import ray.train
 import torch.distributed as dist
 from transformers import AutoTokenizer
 
+from userrl.algorithms import high_variance_groups
 from userrl.chat import ChatFormat
 from userrl.config import UserRLConfig
 from userrl.coordinator import PendingRollout, RolloutCoordinator
 from userrl.faults import FaultInjector
-from userrl.learner import Learner
+from userrl.learner import CRITIC_DIR, Learner
 from userrl.sft import file_demonstrations, solver_demonstrations
 from userrl.trajectory import Trajectory
 
@@ -168,7 +169,11 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     resume = str(restart) if restart else config.checkpointing.resume_from
     model_path = str(restart / "model") if restart else loop_config["model_path"]
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    learner = Learner(model_path, config, tokenizer.pad_token_id)
+    # The critic goes on from the checkpoint's own (a checkpoint without one, e.g. an SFT warm start, gives a
+    # fresh critic); otherwise it starts from the driver-resolved critic.model or the policy (Learner decides).
+    saved_critic = Path(resume) / CRITIC_DIR if resume else None
+    critic_path = str(saved_critic) if saved_critic and saved_critic.is_dir() else loop_config.get("critic_path")
+    learner = Learner(model_path, config, tokenizer.pad_token_id, critic_path)
     learner.checkpoint_meta = {"fit_id": fit_id}
     rank0 = learner.rank == 0
     report = _Reporter(loop_config.get("results"), learner.rank)
@@ -241,16 +246,22 @@ def _update_and_report(config: UserRLConfig, learner: Learner, coordinator: Roll
     if config.training.drop_aborted:
         trajectories = [t for t in trajectories if not t.aborted]
     result["rollout/aborted"] = float(len(aborted))
+    if config.training.rollout_filter_ratio < 1 and trajectories:  # StarPO-S: the groups that vary most
+        kept = high_variance_groups([t.group_id for t in trajectories], [t.episode_return for t in trajectories],
+                                    config.training.rollout_filter_ratio)
+        result["rollout/filtered_episodes"] = float(len(trajectories) - len(kept))
+        trajectories = [trajectories[i] for i in kept]
 
     if sleeping and rank0:
         result["time/replica_sleep_s"] = coordinator.group.sleep_replicas()
     if trajectories:  # every rank sees the same batch, so every rank takes the same branch
         tick = time.perf_counter()
-        advantages, group_stats = learner.compute_advantages(trajectories)
+        advantages, group_stats, value_targets = learner.compute_advantages(trajectories)
         result["time/advantages_s"] = time.perf_counter() - tick
         result.update({f"groups/{k}": v for k, v in group_stats.items()})
         tick = time.perf_counter()
-        result.update({f"learner/{k}": v for k, v in learner.update(trajectories, advantages).items()})
+        metrics = learner.update(trajectories, advantages, value_targets)
+        result.update({k if k.startswith("critic/") else f"learner/{k}": v for k, v in metrics.items()})
         result["time/update_s"] = time.perf_counter() - tick
     else:
         result.update({"time/advantages_s": 0.0, "time/update_s": 0.0, "learner/processed_tokens": 0.0})

@@ -68,7 +68,7 @@ def _update(model_path: str, batch: list[Trajectory], async_rollout: bool) -> di
     config = parse_config({"policy": {"temperature": TEMPERATURE},
                            "training": {"lr": 1e-3, "micro_batch_tokens": 4096, "async_rollout": async_rollout}})
     learner = Learner(model_path, config, pad_token_id=0)
-    advantages, _ = learner.compute_advantages(batch)
+    advantages, _, _ = learner.compute_advantages(batch)
     return learner.update(batch, advantages)
 
 

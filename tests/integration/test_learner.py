@@ -38,7 +38,7 @@ def _update_loop(loop_config):
     local = sum(p.to_local().numel() for p in learner.model.parameters())
     total = sum(p.numel() for p in learner.model.parameters())
     batch = _batch()
-    advantages, _ = learner.compute_advantages(batch)
+    advantages, _, _ = learner.compute_advantages(batch)
     metrics = learner.update(batch, advantages)
     state = learner.full_state_dict()
     fractions = [None] * learner.world_size
@@ -106,7 +106,7 @@ def test_grpo_raises_the_reward_of_a_token_level_task(tmp_path):
                 t.turns = [TurnRecord(reward=reward, executed=True, n_sampled=len(out.token_ids))]
                 batch.append(t)
             means.append(sum(t.episode_return for t in batch) / len(batch))
-            advantages, _ = learner.compute_advantages(batch)
+            advantages, _, _ = learner.compute_advantages(batch)
             learner.update(batch, advantages)
             engine.load_state_dict(learner.full_state_dict())
     finally:
