@@ -7,7 +7,17 @@ import pytest
 import yaml
 
 from userrl.cli import main
-from userrl.commands.sweep import grid_points, latest_checkpoint, load_sweep, trial_cpus, trial_label
+from userrl.commands.sweep import (
+    assignments,
+    grid_points,
+    latest_checkpoint,
+    load_sweep,
+    param_space,
+    print_table,
+    trial_cpus,
+    trial_data,
+    trial_label,
+)
 from userrl.config import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -18,7 +28,7 @@ def _write(tmp_path, grid, **extra):
     spec = {"name": "s", "base": QUICKSTART, "overrides": [f"experiment.output_dir={tmp_path / 'runs'}"],
             "grid": grid, **extra}
     path = tmp_path / "sweep.yaml"
-    path.write_text(yaml.safe_dump(spec))
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))  # a variant keeps its keys in order
     return path
 
 
@@ -83,6 +93,140 @@ def test_trial_label():
     assert trial_label({"training.turn_credit": "em", "training.gamma": 0.9}) == "turn_credit=em,gamma=0.9"
     assert trial_label({"policy.temperature": 1.0, "evaluation.temperature": 0.0}) == \
         "policy.temperature=1.0,evaluation.temperature=0.0"
+    assert trial_label({"estimator": {"training.adv_estimator": "gae", "critic.mask_obs": False},
+                        "env.gyms": [{"name": "function", "difficulty": [0, 1]}, {"name": "telepathy"}]}) == \
+        "adv_estimator=gae,mask_obs=false,gyms=function:0/1+telepathy"
+
+
+# --- variant axes: a grid key without a dot, whose values are mappings of dotted keys set together ---------
+
+ESTIMATOR_AXIS = [{"training.adv_estimator": "grpo_multiturn", "training.turn_credit": "r2g"},
+                  {"training.adv_estimator": "gae", "critic.mask_obs": True},
+                  {"training.adv_estimator": "gae", "critic.mask_obs": False}]
+
+
+def test_variant_axis_times_an_ordinary_axis(tmp_path):
+    sweep = load_sweep(_write(tmp_path, {"estimator": ESTIMATOR_AXIS, "training.lr": [1e-5, 2e-5]}))
+    points = grid_points(sweep.spec.grid)
+    assert len(points) == 3 * 2
+    assert points[0] == {"estimator": ESTIMATOR_AXIS[0], "training.lr": 1e-5}
+    assert assignments(points[5]) == [("training.adv_estimator", "gae"), ("critic.mask_obs", False),
+                                      ("training.lr", 2e-5)]
+    data = trial_data(sweep.base, points[5])  # every key of the variant applied, the base left alone
+    assert data["training"]["adv_estimator"] == "gae" and data["critic"] == {"mask_obs": False}
+    assert data["training"]["lr"] == 2e-5 and "critic" not in sweep.base
+    assert [trial_label(p) for p in points[::2]] == [
+        "adv_estimator=grpo_multiturn,turn_credit=r2g,lr=1e-05", "adv_estimator=gae,mask_obs=true,lr=1e-05",
+        "adv_estimator=gae,mask_obs=false,lr=1e-05"]
+    assert sweep.config.training.turn_credit == "r2g"  # the first point's config
+
+
+def test_variant_value_that_is_not_a_mapping(tmp_path, capsys):
+    path = _write(tmp_path, {"estimator": [{"training.adv_estimator": "gae"}, "gae"]})
+    assert main(["sweep", str(path)]) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert "grid.estimator: a grid key without a dot is a variant axis" in out and "value 2 is 'gae'" in out
+    assert "grid: grid." not in out and sorted(p.name for p in tmp_path.iterdir()) == ["sweep.yaml"]
+    # a section-less ordinary key reads as a variant axis: the error names the full key
+    with pytest.raises(ConfigError, match=r"grid.turn_credit: .*value 1 is 'em' \(did you mean "
+                                          r"training.turn_credit\?\)"):
+        load_sweep(_write(tmp_path, {"turn_credit": ["em"]}))
+    with pytest.raises(ConfigError, match=r"grid.estimator: .*value 1 is \{\}"):
+        load_sweep(_write(tmp_path, {"estimator": [{}]}))
+
+
+def test_variant_key_without_a_dot(tmp_path):
+    path = _write(tmp_path, {"estimator": [{"adv_estimator": "gae", "critic.mask_obs": False}]})
+    with pytest.raises(ConfigError, match=r"grid.estimator: variant 1 sets 'adv_estimator', not a dotted config "
+                                          r"key \(did you mean training.adv_estimator\?\)"):
+        load_sweep(path)
+
+
+def test_variant_key_also_on_another_axis(tmp_path):
+    path = _write(tmp_path, {"estimator": ESTIMATOR_AXIS, "training.turn_credit": ["em"]})
+    with pytest.raises(ConfigError, match="grid.training.turn_credit: sets training.turn_credit, which "
+                                          "grid.estimator sets too; set each config key on one axis only"):
+        load_sweep(path)
+
+
+def test_bad_variant_names_the_variant(tmp_path):
+    # critic settings without a critic, and a typo inside a variant
+    path = _write(tmp_path, {"estimator": [{"training.adv_estimator": "grpo_multiturn", "critic.mask_obs": False}]})
+    with pytest.raises(ConfigError, match=r"grid.estimator = \{'training.adv_estimator': 'grpo_multiturn', "
+                                          r"'critic.mask_obs': False\}: critic.mask_obs: .*has no critic"):
+        load_sweep(path)
+    path = _write(tmp_path, {"estimator": [{"training.adv_estimator": "gea"}]})
+    with pytest.raises(ConfigError, match=r"grid.estimator = .*'gea'"):
+        load_sweep(path)
+
+
+def test_bad_combination_of_a_variant_and_an_axis(tmp_path):
+    # each value is fine on the base alone; gae with a GRPO-only turn credit is not
+    path = _write(tmp_path, {"estimator": [{"training.adv_estimator": "gae", "critic.mask_obs": False}],
+                             "training.turn_credit": ["equalized", "r2g"]})
+    with pytest.raises(ConfigError, match=r"grid point .*training.turn_credit='r2g': not used by "
+                                          r"training.adv_estimator=gae"):
+        load_sweep(path)
+
+
+def test_an_axis_valid_only_with_the_variants(tmp_path):
+    # critic.lr alone on the (grpo_multiturn) base fails, but every grid point has a critic: the grid is fine
+    sweep = load_sweep(_write(tmp_path, {"estimator": ESTIMATOR_AXIS[1:], "critic.lr": [1e-5, 3e-5]}))
+    assert len(grid_points(sweep.spec.grid)) == 4
+
+
+def test_tune_grid_search_over_variants(tmp_path):
+    """Tune's own variant generator (what the Tuner's BasicVariantGenerator runs) yields every grid point."""
+    from ray.tune.search.variant_generator import generate_variants
+
+    sweep = load_sweep(_write(tmp_path, {"estimator": ESTIMATOR_AXIS, "training.lr": [1e-5, 2e-5]}))
+    configs = [spec["grid"] for _, spec in generate_variants(param_space(sweep.spec))]
+    points = grid_points(sweep.spec.grid)
+    assert len(configs) == len(points) == 6
+    assert sorted(map(json.dumps, configs)) == sorted(map(json.dumps, points))
+
+
+def test_table_shows_a_variant_axis_by_its_keys(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    sweep = load_sweep(_write(tmp_path, {"estimator": ESTIMATOR_AXIS[1:], "training.lr": [1e-5]}))
+    rows = [{"params": point, "status": "TERMINATED", "iterations": 2, "final": 0.5, "best": 0.5, "success": 0.5,
+             "valid": 1.0, "eval": None, "seconds": 60.0, "mlflow_run_id": "abc", "error": ""}
+            for point in grid_points(sweep.spec.grid)]
+    out = io.StringIO()
+    print_table(rows, sweep.spec, Console(file=out))
+    text = out.getvalue()
+    assert "adv_estimator=gae,mask_obs=false" in text and "{" not in text
+
+
+def test_shipped_estimators_sweep():
+    from userrl.envs.registry import RECORDS
+
+    if "frozenlake" not in RECORDS:
+        pytest.skip("the frozenlake gym (envs/frozenlake) is not registered in this checkout yet")
+    sweep = load_sweep(REPO / "experiments" / "sweeps" / "estimators.yaml")
+    points = grid_points(sweep.spec.grid)
+    assert len(points) == 18 and list(sweep.spec.grid) == ["estimator", "env.gyms"]
+    labels = [trial_label(p) for p in points]
+    assert len(set(labels)) == 18
+    assert "adv_estimator=grpo_multiturn,turn_credit=r2g,gyms=frozenlake:0" in labels
+    assert "adv_estimator=gae_bilevel_weighted,mask_obs=false,gyms=function:0" in labels
+    configs = [load_sweep_point(sweep, p) for p in points]
+    estimators = {(c.training.adv_estimator, c.critic.mask_obs) for c in configs}
+    assert len(estimators) == 9 and ("grpo_multiturn", True) in estimators  # grpo: the (unused) default
+    assert {c.env.gyms[0].name for c in configs} == {"frozenlake", "function"}
+    assert all(c.training.turn_credit == ("r2g" if not c.training.uses_critic else "equalized") for c in configs)
+    assert sweep.spec.tune.metric == "eval/success_rate" and sweep.config.evaluation.interval > 0
+    assert sweep.config.training.iterations % sweep.config.evaluation.interval == 0  # the last iteration evaluates
+    assert sweep.config.sft.enabled and sweep.config.checkpointing.every == 0
+
+
+def load_sweep_point(sweep, point):
+    from userrl.config import parse_config
+
+    return parse_config(trial_data(sweep.base, point))
 
 
 def test_latest_checkpoint_skips_half_written(tmp_path):

@@ -25,10 +25,13 @@ from userrl.config import ConfigError
 REWARD, SUCCESS, VALID, TURNS = "rollout.reward_mean", "rollout.success_rate", "rollout.valid_action_rate", \
     "rollout.turns_mean"
 GEN_TPS, TRAIN_TPS, EVAL_REWARD = "rollout.tokens_per_s", "learner.tokens_per_s", "eval.reward_mean"
-_HISTORY_PREFIXES = ("rollout.", "eval.", "learner.tokens_per_s", "learner.loss")
-# Shown for every run in the settings table whether they differ or not.
+# The critic of the GAE estimators (training.adv_estimator other than grpo_multiturn), once per iteration.
+VALUE_LOSS, EXPLAINED_VAR = "critic.value_loss", "critic.explained_variance"
+_HISTORY_PREFIXES = ("rollout.", "eval.", "learner.tokens_per_s", "learner.loss", "critic.")
+# Shown for every run in the settings table whether they differ or not (critic.* only when some run has one).
 _KEY_PARAMS = ("policy.model", "env.gyms", "training.iterations", "training.batch_size", "training.group_size",
-               "training.lr", "training.turn_credit", "training.trajectory_score", "training.gamma")
+               "training.lr", "training.adv_estimator", "training.turn_credit", "training.trajectory_score",
+               "training.gamma", "critic.mask_obs")
 
 
 @dataclass
@@ -116,8 +119,17 @@ def varying_params(params: pl.DataFrame) -> list[str]:
                   if (n > 1 or runs < total) and not k.startswith(ignore))
 
 
+def critic_runs(params: pl.DataFrame) -> list[str]:
+    """Runs trained with a critic: a GAE estimator (training.adv_estimator other than grpo_multiturn)."""
+    gae = params.filter((pl.col("key") == "training.adv_estimator") & (pl.col("value") != "grpo_multiturn"))
+    return gae.get_column("run_id").to_list()
+
+
 def _param_table(data: ExperimentData, keys: list[str]) -> pl.DataFrame:
-    wide = (data.params.filter(pl.col("key").is_in(keys))
+    # A run without a critic shows '-' for critic.* (its config has the unused defaults).
+    params = data.params.filter(~pl.col("key").str.starts_with("critic.")
+                                | pl.col("run_id").is_in(critic_runs(data.params)))
+    wide = (params.filter(pl.col("key").is_in(keys))
             .pivot(on="key", index="run_id", values="value") if keys else pl.DataFrame({"run_id": []}))
     present = [k for k in keys if k in wide.columns]
     return data.runs.select("run_id", "label").join(wide, on="run_id", how="left").select(
@@ -142,7 +154,8 @@ def overall_table(data: ExperimentData, stats: pl.DataFrame, varying: list[str])
             ("success final", SUCCESS, "final"), ("valid final", VALID, "final"), ("turns final", TURNS, "final"),
             ("gen tok/s", GEN_TPS, "mean"), ("train tok/s", TRAIN_TPS, "mean"),
             ("eval reward final", EVAL_REWARD, "final"), ("eval reward best", EVAL_REWARD, "best"),
-            ("eval overall", "eval.overall", "final")]
+            ("eval overall", "eval.overall", "final"), ("value loss final", VALUE_LOSS, "final"),
+            ("explained var final", EXPLAINED_VAR, "final")]
     present = set(stats.get_column("key").unique().to_list())
     spec = [s for s in spec if s[1] in present]
     table = _param_table(data, varying).join(data.runs.select("run_id", "status", "minutes"), on="run_id")
@@ -254,6 +267,8 @@ def write_plots(data: ExperimentData, gyms: list[str], folder: Path) -> list[tup
          [(VALID, "valid-action rate"), (SUCCESS, "success rate")], "rate", True),
         ("tokens_per_s.png", "Throughput", [(GEN_TPS, "generation (rollout) tokens/s"),
                                             (TRAIN_TPS, "training (processed) tokens/s")], "tokens/s", False),
+        ("critic.png", "Critic of the GAE estimators (runs with a critic only)",
+         [(VALUE_LOSS, "value loss"), (EXPLAINED_VAR, "explained variance (1 = perfect)")], "", False),
     ]
     written = []
     for name, caption, panels, ylabel, unit in figures:
@@ -324,7 +339,8 @@ def write_report(data: ExperimentData, out: Path, fmt: str = "markdown") -> Path
         sections = [("All runs", "table", render_table(overall, fmt))]
         for gym in gyms:
             sections.append((f"Gym: {gym}", "table", render_table(gym_table(data, stats, gym, varying), fmt)))
-        settings = [k for k in _KEY_PARAMS if k not in varying]
+        critic = bool(critic_runs(data.params))
+        settings = [k for k in _KEY_PARAMS if k not in varying and (critic or not k.startswith("critic."))]
         sections.append(("Settings", "table", render_table(_param_table(data, settings), fmt)))
         for name, caption in write_plots(data, gyms, staging):
             sections.append((caption, "image", name))

@@ -5,6 +5,16 @@ learner group runs inside the trial, Train V2 inside Tune) and reports one Tune 
 MLflow logging goes through our own `MLflowTracker` only (not Ray's MLflow callback): one run per
 trial, all in one experiment named after the sweep. A trial's run folder holds its userrl
 checkpoints; a trial restarted by `--resume` continues from the latest one.
+
+The grid is a product of axes. An ordinary axis is a dotted config key with its values. A key without a
+dot is a *variant axis*: each value is a mapping of dotted keys applied together, for combinations that
+are no product (e.g. critic settings only with the estimators that have a critic):
+
+    grid:
+      estimator:
+        - {training.adv_estimator: grpo_multiturn, training.turn_credit: r2g}
+        - {training.adv_estimator: gae, critic.mask_obs: false}
+      training.lr: [1.0e-5, 2.0e-5]      # 2 variants x 2 values = 4 trials
 """
 
 from __future__ import annotations
@@ -61,7 +71,10 @@ class SweepSpec(BaseModel):
     description: str = ""
     base: str | None = Field(None, description="Base config YAML, relative to the sweep file.")
     overrides: list[str] = Field(default_factory=list, description="Dotted overrides of the base config.")
-    grid: dict[str, list[Any]] = Field(description="Dotted config key -> values; every combination is a trial.")
+    grid: dict[str, list[Any]] = Field(
+        description="Dotted config key -> values; every combination is a trial. A key without a dot is a variant "
+        "axis: its values are mappings of dotted keys, each applied together (e.g. estimator: "
+        "[{training.adv_estimator: gae, critic.mask_obs: false}, ...]).")
     tune: TuneSettings = Field(default_factory=TuneSettings)
     storage_path: str | None = Field(None, description="Tune results folder; null = <output_dir>/sweeps.")
 
@@ -74,13 +87,39 @@ class SweepSpec(BaseModel):
 
     @field_validator("grid")
     @classmethod
-    def _non_empty(cls, value: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    def _axes(cls, value: dict[str, list[Any]]) -> dict[str, list[Any]]:
         if not value:
             raise ValueError("needs at least one key, e.g. training.turn_credit: [equalized, r2g, em]")
+        owner: dict[str, str] = {}  # config key -> the axis that sets it
         for key, values in value.items():
             if not values:
-                raise ValueError(f"{key}: give at least one value")
+                raise ValueError(f"grid.{key}: give at least one value")
+            if is_variant_axis(key):
+                for i, variant in enumerate(values, start=1):
+                    _check_variant(key, i, variant)
+            for dotted in dict.fromkeys(k for v in values for k in v) if is_variant_axis(key) else [key]:
+                if owner.setdefault(dotted, key) != key:
+                    raise ValueError(f"grid.{key}: sets {dotted}, which grid.{owner[dotted]} sets too; "
+                                     "set each config key on one axis only")
         return value
+
+
+def _check_variant(axis: str, i: int, variant: Any) -> None:
+    if not isinstance(variant, dict) or not variant:
+        raise ValueError(f"grid.{axis}: a grid key without a dot is a variant axis, whose values are mappings of "
+                         "dotted config keys set together (e.g. {training.adv_estimator: gae, critic.mask_obs: "
+                         f"false}}); value {i} is {variant!r}{_did_you_mean(axis)}")
+    for key in variant:
+        if not isinstance(key, str) or "." not in key:
+            raise ValueError(f"grid.{axis}: variant {i} sets {key!r}, not a dotted config key{_did_you_mean(key)}")
+
+
+def _did_you_mean(leaf: Any) -> str:
+    """' (did you mean section.leaf?)' for the config sections that have a key `leaf`, else ''."""
+    full = [f"{name}.{leaf}" for name, field in UserRLConfig.model_fields.items()
+            if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+            and leaf in field.annotation.model_fields]
+    return f" (did you mean {' or '.join(full)}?)" if full else ""
 
 
 @dataclass
@@ -137,7 +176,8 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None) -> Sweep:
                 lines.append(f"{loc}: unknown key (valid here: "
                              f"{', '.join(_fields_at(item['loc']))})")
             else:
-                lines.append(f"{loc}: {item['msg'].replace('Value error, ', '')}")
+                message = item["msg"].replace("Value error, ", "")
+                lines.append(message if message.startswith(f"{loc}.") else f"{loc}: {message}")
         raise ConfigError(f"invalid sweep file {path}:\n  " + "\n  ".join(lines)) from None
 
     base: dict[str, Any] = {}
@@ -151,20 +191,17 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None) -> Sweep:
         parse_config(base)
     except ConfigError as error:
         raise ConfigError(f"sweep file {path}: base config: {_reason(error)}") from None
-    # Each value alone names the culprit; the whole product then catches bad combinations.
-    for key, values in spec.grid.items():
-        for value in values:
-            data = copy.deepcopy(base)
-            _set(data, key, value)
-            try:
-                parse_config(data)
-            except ConfigError as error:
-                raise ConfigError(f"sweep file {path}: grid.{key} = {value!r}: {_reason(error)}") from None
     first = None
     for point in grid_points(spec.grid):
         try:
             config = parse_config(trial_data(base, point))
         except ConfigError as error:
+            # Name the axis value that fails on the base config alone, else the combination.
+            for key, value in point.items():
+                try:
+                    parse_config(trial_data(base, {key: value}))
+                except ConfigError as alone:
+                    raise ConfigError(f"sweep file {path}: grid.{key} = {value!r}: {_reason(alone)}") from None
             raise ConfigError(f"sweep file {path}: grid point {point}: {_reason(error)}") from None
         first = first or config
     return Sweep(spec, base, first, path)
@@ -179,24 +216,46 @@ def _fields_at(loc: tuple) -> list[str]:
     return list(model.model_fields)
 
 
+def is_variant_axis(key: str) -> bool:
+    """Whether a grid key is a variant axis (no dot: its values are mappings of dotted keys set together)."""
+    return "." not in key
+
+
 def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
-    """Every combination of the grid's values."""
+    """Every combination of the grid's values (a variant axis contributes one mapping per point)."""
     return [dict(zip(grid, combo, strict=True)) for combo in itertools.product(*grid.values())]
+
+
+def assignments(point: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The (dotted config key, value) pairs a grid point sets, variant axes expanded in order."""
+    return [pair for key, value in point.items()
+            for pair in (value.items() if is_variant_axis(key) else [(key, value)])]
 
 
 def trial_data(base: dict[str, Any], point: dict[str, Any]) -> dict[str, Any]:
     """The base config with one grid point applied."""
     data = copy.deepcopy(base)
-    for key, value in point.items():
+    for key, value in assignments(point):
         _set(data, key, value)
     return data
 
 
+def _label_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()  # as written in YAML
+    if isinstance(value, list) and value and all(isinstance(g, dict) and "name" in g for g in value):
+        # env.gyms: names (and levels), not the entries' dicts
+        return "+".join(g["name"] + (":" + "/".join(map(str, g["difficulty"])) if g.get("difficulty") else "")
+                        for g in value)
+    return str(value)
+
+
 def trial_label(point: dict[str, Any]) -> str:
     """Readable trial name from its grid values (leaf key names unless two collide)."""
-    leaves = [key.rsplit(".", 1)[-1] for key in point]
-    names = [leaf if leaves.count(leaf) == 1 else key for key, leaf in zip(point, leaves, strict=True)]
-    return ",".join(f"{name}={value}" for name, value in zip(names, point.values(), strict=True))
+    pairs = assignments(point)
+    leaves = [key.rsplit(".", 1)[-1] for key, _ in pairs]
+    return ",".join(f"{leaf if leaves.count(leaf) == 1 else key}={_label_value(value)}"
+                    for (key, value), leaf in zip(pairs, leaves, strict=True))
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
@@ -265,7 +324,7 @@ def run_trial(trial: dict[str, Any], setup: dict[str, Any]) -> None:
     algo = GRPOMultiTurn(config)
     try:
         tags = {"sweep": setup["sweep"], "sweep.trial_id": trial_id, "sweep.label": label,
-                **{f"sweep.{key}": str(value) for key, value in point.items()}}
+                **{f"sweep.{key}": str(value) for key, value in assignments(point)}}
         tracker = MLflowTracker(config, run_name=label, tags=tags, run_id=run_id)
         if run_id is None:
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -360,6 +419,13 @@ def _save_setup(sweep: Sweep, uri: str) -> dict[str, Any]:
     return setup
 
 
+def param_space(spec: SweepSpec) -> dict[str, Any]:
+    """Tune's param space: one grid_search per axis (a variant axis searches over its mappings)."""
+    from ray import tune
+
+    return {"grid": {key: tune.grid_search(values) for key, values in spec.grid.items()}}
+
+
 def run_sweep(sweep: Sweep, resume: bool, console: Console) -> tuple[Any, dict[str, Any]]:
     """Run (or resume) the Tune experiment; returns Tune's ResultGrid and the sweep's saved setup."""
     from ray import tune
@@ -387,7 +453,7 @@ def run_sweep(sweep: Sweep, resume: bool, console: Console) -> tuple[Any, dict[s
                   f"{spec.tune.max_concurrent_trials} at a time; Tune folder {sweep.tune_dir}; "
                   f"MLflow experiment '{spec.name}' in {setup['mlflow_uri']}")
     tuner = tune.Tuner(
-        trainable, param_space={"grid": {key: tune.grid_search(values) for key, values in spec.grid.items()}},
+        trainable, param_space=param_space(spec),
         tune_config=tune.TuneConfig(num_samples=spec.tune.num_samples,
                                     max_concurrent_trials=spec.tune.max_concurrent_trials),
         run_config=tune.RunConfig(name=spec.name, storage_path=str(sweep.storage), verbose=1,
@@ -435,7 +501,7 @@ def print_table(rows: list[dict[str, Any]], spec: SweepSpec, console: Console) -
 
     table = Table(title=f"sweep {spec.name}: {spec.tune.metric} ({spec.tune.mode})")
     keys = list(spec.grid)
-    for key in keys:
+    for key in keys:  # a variant axis: its name, and cells like adv_estimator=gae,mask_obs=false
         table.add_column(key.rsplit(".", 1)[-1])
     for name in ("status", "iters", "final", "best", "success", "valid", "eval reward", "time s", "MLflow run"):
         table.add_column(name, justify="right" if name not in ("status", "MLflow run") else "left")
@@ -443,7 +509,9 @@ def print_table(rows: list[dict[str, Any]], spec: SweepSpec, console: Console) -
                                         else (r["final"] or 0)))
     for row in order:
         style = "red" if row["status"] == "ERROR" else None
-        table.add_row(*[str(row["params"].get(k)) for k in keys], row["status"], fmt(row["iterations"]),
+        cells = ["-" if k not in row["params"] else trial_label({k: row["params"][k]}) if is_variant_axis(k)
+                 else _label_value(row["params"][k]) for k in keys]
+        table.add_row(*cells, row["status"], fmt(row["iterations"]),
                       fmt(row["final"]), fmt(row["best"]), fmt(row["success"], 2), fmt(row["valid"], 2),
                       fmt(row["eval"]), fmt(row["seconds"], 0), (row["mlflow_run_id"] or "-")[:12], style=style)
     # Piped output defaults to 80 columns, too narrow for a dozen columns: render it wider then.
@@ -469,7 +537,7 @@ def cli_sweep(args: Any, console: Console) -> int:
                                     filter_nan_and_inf=True)
         console.print(f"[green]best[/] ({spec.tune.metric}, {spec.tune.mode}, scope {spec.tune.scope}): "
                       f"{trial_label(best.config['grid'])}  ->  {best.metrics.get(spec.tune.metric):.4f}")
-        for key, value in best.config["grid"].items():
+        for key, value in assignments(best.config["grid"]):
             console.print(f"  {key}={value}")
     uri = setup["mlflow_uri"]
     console.print(f"MLflow experiment '{spec.name}' in {uri}  "
