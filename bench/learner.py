@@ -9,9 +9,12 @@ the peak the group can reach; model FLOPs per processed token follow PaLM (appen
 6 x (non-embedding parameters) + 12 x layers x width x sequence length, plus the LM head on the
 positions that go through it (the learner computes logits of trained positions only). MFU is
 achieved model FLOP/s over the measured peak. The full-state gather that feeds every weight sync is
-timed too.
+timed too. `--estimators grpo_multiturn,gae_multiturn` runs the same updates once per estimator, one after
+the other, and prints them side by side: what the critic of the GAE estimators costs (its value pass before
+the update, its own update, its memory).
 
     .venv/bin/python bench/learner.py --learners 2 --precision bfloat16       # CPU (2 gloo ranks)
+    .venv/bin/python bench/learner.py --estimators grpo_multiturn,gae_multiturn   # the critic's cost
     .venv/bin/python bench/learner.py --learners 1 --precision bfloat16 --batch 64 --prompt 1024 \\
         --response 1024 --micro-batch-tokens 16384                             # one GPU
 """
@@ -84,7 +87,8 @@ def _trajectories(rows: int, group: int, prompt: int, response: int, vocab: int,
     return out
 
 
-def _rank(rank: int, world: int, port: int, model_path: str, args: argparse.Namespace, results) -> None:
+def _rank(rank: int, world: int, port: int, model_path: str, args: argparse.Namespace, results,
+          estimator: str) -> None:
     import torch
     import torch.distributed as dist
     from transformers import AutoConfig, AutoTokenizer
@@ -103,7 +107,7 @@ def _rank(rank: int, world: int, port: int, model_path: str, args: argparse.Name
     config = (GRPOMultiTurnConfig()
               .policy(model=args.model)
               .training(batch_size=args.batch // args.group, group_size=args.group, lr=1e-6,
-                        micro_batch_tokens=args.micro_batch_tokens)
+                        micro_batch_tokens=args.micro_batch_tokens, adv_estimator=estimator)
               .learners(num_learners=world, precision=args.precision, use_gpu=cuda,
                         gradient_checkpointing=args.gradient_checkpointing)
               .to_config())
@@ -113,14 +117,18 @@ def _rank(rank: int, world: int, port: int, model_path: str, args: argparse.Name
     learner = Learner(model_path, config, AutoTokenizer.from_pretrained(model_path).pad_token_id)
     model_config = AutoConfig.from_pretrained(model_path)
     trajectories = _trajectories(args.batch, args.group, args.prompt, args.response, model_config.vocab_size, 0)
-    advantages, _, _ = learner.compute_advantages(trajectories)
+    advantage_seconds = []
+    for _ in range(2):  # with a critic: its forward pass over the batch and the all-gather of the values
+        start = time.perf_counter()
+        advantages, _, targets = learner.compute_advantages(trajectories)
+        advantage_seconds.append(time.perf_counter() - start)
     seconds, metrics = [], {}
     for step in range(args.warmup + args.updates):
         if cuda:
             torch.cuda.synchronize()
         dist.barrier()
         start = time.perf_counter()
-        metrics = learner.update(trajectories, advantages)
+        metrics = learner.update(trajectories, advantages, targets)
         if cuda:
             torch.cuda.synchronize()
         if step >= args.warmup:
@@ -134,7 +142,7 @@ def _rank(rank: int, world: int, port: int, model_path: str, args: argparse.Name
     dist.all_gather_object(peaks, peak)
     dist.all_gather_object(rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)  # KiB -> GiB
     if rank == 0:
-        results.put({"peak": sum(peaks), "seconds": seconds, "metrics": metrics, "gather": gather, "rss_gb": max(rss),
+        results.put({"peak": sum(peaks), "seconds": seconds, "advantage_seconds": advantage_seconds, "metrics": metrics, "gather": gather, "rss_gb": max(rss),
                      "flops": model_flops_per_update(model_config, args.batch, args.prompt, args.response),
                      "device": torch.cuda.get_device_name(0) if cuda else f"CPU, {os.cpu_count()} cores",
                      "memory_gb": torch.cuda.max_memory_allocated() / 2**30 if cuda else None})
@@ -156,6 +164,8 @@ def main() -> None:
     parser.add_argument("--updates", type=int, default=3)
     parser.add_argument("--matmul-size", type=int, default=0, help="peak probe size (0: 8192 on GPU, 2048 on CPU)")
     parser.add_argument("--cpu", action="store_true", help="stay on the CPU even where a GPU exists")
+    parser.add_argument("--estimators", default="grpo_multiturn",
+                        help="comma-separated training.adv_estimator values, run one after the other")
     args = parser.parse_args()
     if args.batch % args.group:
         parser.error("--batch must be a multiple of --group")
@@ -166,25 +176,37 @@ def main() -> None:
 
     model_path = resolve_model(args.model)  # once, before the ranks start (a first run converts the GGUF)
     context = mp.get_context("spawn")
-    results = context.SimpleQueue()
-    mp.start_processes(_rank, args=(args.learners, _free_port(), model_path, args, results), nprocs=args.learners,
-                       join=True, start_method="spawn")
-    r = results.get()
-    median = statistics.median(r["seconds"])
-    processed = r["metrics"]["processed_tokens"]
-    achieved = r["flops"] / median
-    print(f"\nmodel {args.model}, {r['device']}, torch {torch.__version__}; {args.batch} sequences x "
+    runs = {}
+    for estimator in args.estimators.split(","):
+        results = context.SimpleQueue()
+        mp.start_processes(_rank, args=(args.learners, _free_port(), model_path, args, results, estimator),
+                           nprocs=args.learners, join=True, start_method="spawn")
+        runs[estimator] = results.get()
+    first = next(iter(runs.values()))
+    print(f"\nmodel {args.model}, {first['device']}, torch {torch.__version__}; {args.batch} sequences x "
           f"({args.prompt} prompt + {args.response} sampled) tokens per update, micro-batches of "
           f"{args.micro_batch_tokens} tokens, {args.updates} timed updates after {args.warmup} warm-up\n")
-    print("| learners | precision | processed tokens/update | s/update (median) | tokens/s | model TFLOP/s "
-          "| measured peak TFLOP/s | MFU | full-state gather s | peak RSS per rank GiB |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    print(f"| {args.learners} | {args.precision} | {processed:.0f} | {median:.2f} | {processed / median:.0f} "
-          f"| {achieved / 1e12:.3f} | {r['peak'] / 1e12:.3f} | {achieved / r['peak']:.3f} "
-          f"| {statistics.median(r['gather']):.2f} | {r['rss_gb']:.2f} |")
-    print(f"\nupdate seconds: {', '.join(f'{s:.2f}' for s in r['seconds'])}; "
-          f"loss {r['metrics']['loss']:.4f}, grad norm {r['metrics']['grad_norm']:.3f}"
-          + (f"; peak GPU memory {r['memory_gb']:.1f} GiB" if r["memory_gb"] is not None else ""))
+    print("| estimator | learners | precision | processed tokens/update | advantages s | s/update (median) | tokens/s "
+          "| model TFLOP/s | measured peak TFLOP/s | MFU | full-state gather s | peak RSS per rank GiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    base = None
+    for estimator, r in runs.items():
+        median = statistics.median(r["seconds"])
+        processed = r["metrics"]["processed_tokens"]
+        achieved = r["flops"] / median  # the policy's FLOPs only: a critic's work shows as a lower MFU
+        print(f"| {estimator} | {args.learners} | {args.precision} | {processed:.0f} "
+              f"| {min(r['advantage_seconds']):.2f} | {median:.2f} | {processed / median:.0f} "
+              f"| {achieved / 1e12:.3f} | {r['peak'] / 1e12:.3f} | {achieved / r['peak']:.3f} "
+              f"| {statistics.median(r['gather']):.2f} | {r['rss_gb']:.2f} |")
+        base = base or (median + min(r["advantage_seconds"]), r["rss_gb"])
+        if (median + min(r["advantage_seconds"]), r["rss_gb"]) != base:
+            print(f"  {estimator} / {next(iter(runs))}: advantages + update time "
+                  f"{(median + min(r['advantage_seconds'])) / base[0]:.2f}x, peak RSS {r['rss_gb'] / base[1]:.2f}x")
+    for estimator, r in runs.items():
+        print(f"\n{estimator}: update seconds {', '.join(f'{s:.2f}' for s in r['seconds'])}; "
+              f"loss {r['metrics']['loss']:.4f}, grad norm {r['metrics']['grad_norm']:.3f}"
+              + (f"; value loss {r['metrics']['critic/value_loss']:.4f}" if "critic/value_loss" in r["metrics"] else "")
+              + (f"; peak GPU memory {r['memory_gb']:.1f} GiB" if r["memory_gb"] is not None else ""))
 
 
 if __name__ == "__main__":
