@@ -116,3 +116,18 @@ def test_report_critic_figure_and_columns(tmp_path):
     assert critic.height == 2 * 4 * 3  # two GAE runs, four keys, three iterations
     settings = page.split("## Settings")[1].split("##")[0]
     assert "training.lr" in settings and "critic.mask_obs" not in settings  # it varies: in the runs table
+
+
+def test_report_of_runs_with_the_same_settings(tmp_path):
+    """No setting varies (one trial so far, or a run interrupted before it logged): the report still works."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("one")
+    run = client.create_run(experiment, run_name="turn_credit=equalized").info.run_id
+    client.log_batch(run, params=[Param("training.turn_credit", "equalized")],
+                     metrics=[Metric("rollout.reward_mean", 0.25, 0, 1), Metric("rollout.success_rate", 0.25, 0, 1)])
+    client.create_run(experiment, run_name="interrupted")  # started, nothing logged yet
+    out = tmp_path / "report"
+    assert main(["report", "--experiment", "one", "--tracking-uri", uri, "--out", str(out)]) == 0
+    runs = pl.read_csv(out / "runs.csv")
+    assert runs.filter(pl.col("label") == "turn_credit=equalized").row(0, named=True)["reward final"] == 0.25

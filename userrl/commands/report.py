@@ -130,7 +130,7 @@ def _param_table(data: ExperimentData, keys: list[str]) -> pl.DataFrame:
     params = data.params.filter(~pl.col("key").str.starts_with("critic.")
                                 | pl.col("run_id").is_in(critic_runs(data.params)))
     wide = (params.filter(pl.col("key").is_in(keys))
-            .pivot(on="key", index="run_id", values="value") if keys else pl.DataFrame({"run_id": []}))
+            .pivot(on="key", index="run_id", values="value") if keys else pl.DataFrame(schema={"run_id": pl.Utf8}))
     present = [k for k in keys if k in wide.columns]
     return data.runs.select("run_id", "label").join(wide, on="run_id", how="left").select(
         "run_id", "label", *present)
