@@ -5,6 +5,7 @@ generate.py (writes the shipped rows), format.py (modes, prompts, parsing), judg
 curriculum.py (the optional hierarchy map).
 """
 
+from userrl.humanlm.curriculum import HierarchyMap
 from userrl.humanlm.fields import FIELD_NAMES, FIELDS, RESPONSE, Field
 from userrl.humanlm.format import (
     MODES,
@@ -28,6 +29,7 @@ __all__ = [
     "Field",
     "FieldStats",
     "GroupScore",
+    "HierarchyMap",
     "OpenAIJudge",
     "Parsed",
     "Row",
