@@ -218,6 +218,11 @@ class MultiTurnEnv(gymnasium.Env):
     uses_role_client: ClassVar[bool] = False
     #: The gym's model-backed roles: the keys `role_backends` may name.
     role_names: ClassVar[tuple[str, ...]] = ()
+    #: Whether the gym offers its tools as native function calls (`env.protocol: native_tools`); such a gym
+    #: overrides `tool_schemas` and `native_prompt`.
+    exposes_tools: ClassVar[bool] = False
+    #: Gym keywords that `env.protocol: native_tools` implies (the gym's own rules for native episodes).
+    native_tools_kwargs: ClassVar[Mapping[str, Any]] = {}
     #: Reward preset -> the gym keywords it sets (0.9); a keyword the caller gives (not None) wins.
     reward_presets: ClassVar[Mapping[str, Mapping[str, Any]]] = {name: {} for name in REWARD_PRESET_NAMES}
     metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
@@ -357,6 +362,18 @@ class MultiTurnEnv(gymnasium.Env):
 
     def _close_impl(self) -> None:
         """Release gym resources (called once)."""
+
+    # ------------------------------------------------------------------ native tools (env.protocol: native_tools)
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        """OpenAI-style function schemas of the current task's tools; [] for gyms that expose none."""
+        return []
+
+    def native_prompt(self) -> list[dict[str, str]]:
+        """The [system, user] opening of a native-tools episode of the current task (default: the task's prompt)."""
+        if self.task is None:
+            raise RuntimeError(f"{type(self).__name__} holds no task yet: pass task=... or reset with one")
+        return [dict(m) for m in self.task.prompt]
 
     # ------------------------------------------------------------------ helpers for subclasses
 

@@ -1,8 +1,14 @@
-"""Chat rendering into exact token segments, and the two action protocols.
+"""Chat rendering into exact token segments, and the three action protocols.
 
 Non-generated messages are tokenized as deltas of the chat template against a fixed dummy prefix
 (spec ALGORITHMS.md 1.2), so the context only ever grows by appending and the policy conditions on
 exactly the tokens that training later scores.
+
+`bracket` and `tool_call` act through the gyms' choices (`[answer] 42`, or the one `interact_with_env`
+tool). `native_tools` (gyms that expose tools, MUA-RL's episode of ALGORITHMS.md 5.1) offers the gym's own
+tools as function schemas: each assistant message calls one tool or speaks plain text to the user. Tool
+schemas reach the prompt through the chat template's `tools` argument when the template renders it, and
+are otherwise written into the system message (SmolLM2's template ignores `tools`).
 """
 
 from __future__ import annotations
@@ -13,7 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from userrl.envs import tool_call_to_action
+from userrl.envs import MultiTurnEnv, Task, tool_call_to_action
+from userrl.envs.json_extract import strip_think
 from userrl.trajectory import ROLE_IDS
 
 TOOL_NAME = "interact_with_env"
@@ -42,6 +49,7 @@ TOOL_SCHEMA: dict[str, Any] = {
     },
 }
 IGNORED_CALL_NOTICE = "Only one interact_with_env call is executed per turn; this call was ignored."
+NATIVE_IGNORED_CALL_NOTICE = "Only the first tool call of a message is executed; this call was ignored."
 
 BRACKET_INSTRUCTIONS = (
     "Act by writing exactly one line of the form [choice] content, for example:\n[search] test"
@@ -51,11 +59,19 @@ TOOL_INSTRUCTIONS = (
     '{{"name": "interact_with_env", "arguments": {{"choice": "...", "content": "..."}}}}\n</tool_call>'
 )
 
+# Like TOOL_INSTRUCTIONS, for a template that ignores `tools`: one schema (its "function" object) per line.
+NATIVE_TOOL_INSTRUCTIONS = (
+    "You have these tools, one per line:\n{schemas}\nTo use one, write exactly one call\n<tool_call>\n"
+    '{{"name": "<tool name>", "arguments": {{...}}}}\n</tool_call>\n'
+    "To talk to the user, write plain text without a tool call."
+)
+
 _BRACKET_LINE = re.compile(r"^[ \t]*\[(action|answer|search|finish)\]", re.MULTILINE)
 TOOL_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
 _DUMMY = [{"role": "system", "content": "x"}, {"role": "user", "content": "y"}]
 
-Protocol = Literal["bracket", "tool_call"]
+Protocol = Literal["bracket", "tool_call", "native_tools"]
+PROTOCOLS: tuple[str, ...] = ("bracket", "tool_call", "native_tools")
 
 
 @dataclass
@@ -64,6 +80,8 @@ class ParsedTurn:
 
     calls: list[tuple[str, str]] = field(default_factory=list)
     n_tool_calls: int = 0
+    #: native_tools: the message is plain text for the user, whose reply comes back as a user message.
+    speaks: bool = False
 
     @property
     def action(self) -> str | None:
@@ -114,15 +132,59 @@ def parse_tool_calls(text: str) -> ParsedTurn:
     return ParsedTurn(calls=calls, n_tool_calls=n_blocks)
 
 
+def native_tool_call(block: str) -> tuple[str, dict[str, Any]] | None:
+    """(name, arguments) of one `<tool_call>` block of any tool name, or None when it is not well-formed."""
+    payload = _strict_json(block.strip())
+    if not isinstance(payload, dict):
+        return None
+    name, arguments = payload.get("name"), payload.get("arguments")
+    if not isinstance(name, str) or not name.strip():
+        return None
+    if arguments is None:
+        arguments = {}
+    elif isinstance(arguments, str):  # OpenAI's wire format: the arguments as a JSON-encoded string
+        arguments = _strict_json(arguments) if arguments.strip() else {}
+    return (name.strip(), arguments) if isinstance(arguments, dict) else None
+
+
+def _strict_json(text: str) -> Any:
+    """The JSON value of text; None for invalid or non-standard JSON (NaN, Infinity) and for runaway nesting."""
+    def refuse(constant: str) -> Any:
+        raise ValueError(constant)
+
+    try:
+        return json.loads(text, parse_constant=refuse)
+    except (ValueError, RecursionError):
+        return None
+
+
+def parse_native_tools(text: str) -> ParsedTurn:
+    """One native-tools message: its well-formed `<tool_call>` blocks, or plain text for the user.
+
+    A message with any `<tool_call>` block is a tool message (its other text goes nowhere); when no block
+    holds a well-formed call it has no call, which ends the episode (ALGORITHMS.md 5.1). An empty plain
+    message has no call either: there is nothing to send to the user.
+    """
+    text = strip_think(text)
+    if "<tool_call>" not in text:
+        message = text.strip()
+        return ParsedTurn(calls=[("action", message)], speaks=True) if message else ParsedTurn()
+    blocks = TOOL_BLOCK.findall(text)
+    calls = [("answer", json.dumps({"name": call[0], "arguments": call[1]}))
+             for block in blocks if (call := native_tool_call(block)) is not None]
+    return ParsedTurn(calls=calls, n_tool_calls=len(blocks))
+
+
 class ChatFormat:
     """Renders conversations into token segments for one tokenizer and action protocol."""
 
     def __init__(self, tokenizer: Any, protocol: Protocol = "tool_call"):
-        if protocol not in ("bracket", "tool_call"):
-            raise ValueError(f"env.protocol={protocol!r} is not one of 'bracket', 'tool_call'")
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"env.protocol={protocol!r} is not one of {', '.join(map(repr, PROTOCOLS))}")
         self.tokenizer = tokenizer
         self.protocol = protocol
-        self.native_tools = protocol == "tool_call" and "tools" in (tokenizer.chat_template or "")
+        #: Whether tool schemas go through the template's `tools` argument (else into the system message).
+        self.template_tools = protocol != "bracket" and "tools" in (tokenizer.chat_template or "")
         self.eos_text = tokenizer.eos_token
         self.stop_token_ids = sorted({tokenizer.eos_token_id, *self._extra_stop_ids()})
         self._header_ids = self._encode(self._render(_DUMMY, True)[len(self._render(_DUMMY, False)):])
@@ -135,8 +197,10 @@ class ChatFormat:
                 ids.append(token)
         return ids
 
-    def _render(self, messages: list[dict[str, str]], generation_prompt: bool) -> str:
-        kwargs: dict[str, Any] = {"tools": [TOOL_SCHEMA]} if self.native_tools else {}
+    def _render(self, messages: list[dict[str, str]], generation_prompt: bool,
+                tools: list[dict[str, Any]] | None = None) -> str:
+        schemas = [TOOL_SCHEMA] if self.protocol == "tool_call" else list(tools or [])
+        kwargs: dict[str, Any] = {"tools": schemas} if self.template_tools and schemas else {}
         return self.tokenizer.apply_chat_template(
             messages, tokenize=False, add_generation_prompt=generation_prompt, **kwargs
         )
@@ -144,25 +208,41 @@ class ChatFormat:
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
-    def initial_messages(self, prompt: list[dict[str, str]]) -> list[dict[str, str]]:
-        """The task's [system, user] messages with the protocol's instructions appended to the system message."""
+    def initial_messages(self, prompt: list[dict[str, str]],
+                         tools: list[dict[str, Any]] | None = None) -> list[dict[str, str]]:
+        """The [system, user] messages with the protocol's instructions appended to the system message.
+
+        `tools` are the gym's function schemas (native_tools only; written out unless the template renders them).
+        """
         system, *rest = prompt
+        if self.protocol == "native_tools" and not tools:
+            raise ValueError("env.protocol=native_tools needs the gym's tool schemas; this gym exposes none")
         if self.protocol == "bracket":
             extra = BRACKET_INSTRUCTIONS
-        elif self.native_tools:
+        elif self.template_tools:
             return [dict(m) for m in prompt]
-        else:
+        elif self.protocol == "tool_call":
             extra = TOOL_INSTRUCTIONS.format(schema=json.dumps(TOOL_SCHEMA["function"]))
+        else:
+            extra = NATIVE_TOOL_INSTRUCTIONS.format(schemas="\n".join(json.dumps(t["function"]) for t in tools or []))
         return [{"role": "system", "content": system["content"].rstrip() + "\n\n" + extra}, *map(dict, rest)]
 
-    def encode_prompt(self, messages: list[dict[str, str]]) -> list[tuple[list[int], int]]:
+    def episode_opening(self, task: Task, env: MultiTurnEnv) -> tuple[list[dict[str, str]], list[dict[str, Any]]]:
+        """An episode's first messages and the tool schemas to render them with ([] outside native_tools)."""
+        if self.protocol != "native_tools":
+            return self.initial_messages(task.prompt), []
+        tools = env.tool_schemas()
+        return self.initial_messages(env.native_prompt(), tools), tools
+
+    def encode_prompt(self, messages: list[dict[str, str]],
+                      tools: list[dict[str, Any]] | None = None) -> list[tuple[list[int], int]]:
         """Token segments (ids, role id) of the first context, ending with the assistant header."""
         segments, done = [], ""
         for i in range(1, len(messages) + 1):
-            text = self._render(messages[:i], False)
+            text = self._render(messages[:i], False, tools)
             segments.append((self._encode(text[len(done):]), ROLE_IDS[messages[i - 1]["role"]]))
             done = text
-        segments.append((self._encode(self._render(messages, True)[len(done):]), ROLE_IDS["assistant"]))
+        segments.append((self._encode(self._render(messages, True, tools)[len(done):]), ROLE_IDS["assistant"]))
         return segments
 
     @property
@@ -184,16 +264,36 @@ class ChatFormat:
         """Assistant text that performs one action in this protocol (used for demonstrations)."""
         if self.protocol == "bracket":
             return f"[{choice}] {content}"
+        if self.protocol == "native_tools":
+            return _render_native_action(choice, content)
         call = {"name": TOOL_NAME, "arguments": {"choice": choice, "content": content}}
         return f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
 
     def parse(self, text: str) -> ParsedTurn:
         """Parse the tool calls of one assistant message in this protocol."""
+        if self.protocol == "native_tools":
+            return parse_native_tools(text)
         return parse_bracket(text) if self.protocol == "bracket" else parse_tool_calls(text)
 
     def tool_messages(self, parsed: ParsedTurn, feedback: str) -> list[dict[str, str]]:
-        """One tool message per call: the executed one carries the feedback, others the ignored notice."""
+        """One tool message per call: the executed one carries the feedback, others the ignored notice.
+
+        A native_tools message that spoke to the user gets the user's reply as one user message instead.
+        """
+        if parsed.speaks:
+            return [{"role": "user", "content": feedback}]
+        notice = NATIVE_IGNORED_CALL_NOTICE if self.protocol == "native_tools" else IGNORED_CALL_NOTICE
         n = max(1, parsed.n_tool_calls)
-        return [{"role": "tool", "content": feedback}] + [
-            {"role": "tool", "content": IGNORED_CALL_NOTICE} for _ in range(n - 1)
-        ]
+        return [{"role": "tool", "content": feedback}] + [{"role": "tool", "content": notice} for _ in range(n - 1)]
+
+
+def _render_native_action(choice: str, content: str) -> str:
+    """A gym step as a native_tools message: `answer` JSON as a `<tool_call>` block, `action` as plain text."""
+    if choice == "action":
+        return content
+    call = _strict_json(content) if choice == "answer" else None
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        raise ValueError(f"env.protocol=native_tools has no step [{choice}] {content[:80]!r}: a message either "
+                         "calls one tool ({\"name\": ..., \"arguments\": {...}}) or talks to the user")
+    payload = {"name": call["name"], "arguments": call.get("arguments") or {}}
+    return f"<tool_call>\n{json.dumps(payload)}\n</tool_call>"

@@ -70,8 +70,10 @@ class EnvConfig(_Section):
     data_root: str | None = Field(None, description="Folder of the original UserRL data (source: userrl).")
     max_turns: int = Field(16, ge=1, description="Assistant generations per episode.")
     max_steps: int = Field(16, ge=1, description="Env truncation limit.")
-    protocol: Literal["bracket", "tool_call"] = Field(
-        "tool_call", description="How the policy acts: `[answer] 42` lines or interact_with_env tool calls."
+    protocol: Literal["bracket", "tool_call", "native_tools"] = Field(
+        "tool_call", description="How the policy acts: `[answer] 42` lines, interact_with_env tool calls, or "
+        "native_tools: the gym's own tools as function calls and plain text to the user (gyms that expose tools, "
+        "e.g. tau; MUA-RL's episode)."
     )
     show_reward_in_feedback: bool = Field(False, description="Append `Reward: r` to each step's feedback to the agent.")
     step_timeout_s: float = Field(120.0, gt=0, description="Seconds an env step may take; past that the episode "
@@ -100,6 +102,19 @@ class EnvConfig(_Section):
         "abort", description="A simulated user's or judge's call that still fails after its retries: abort "
         "(the episode is aborted, counted per gym and left out of the update) or fallback (the gym's "
         "fallback reply stands in, GYMS.md 0.6).")
+
+    @model_validator(mode="after")
+    def _protocol_fits_gyms(self) -> EnvConfig:
+        if self.protocol == "native_tools":
+            from userrl.envs.registry import GYMS, get_gym
+
+            without = [spec.name for spec in self.gyms if not get_gym(spec.name).exposes_tools]
+            if without:
+                with_tools = sorted(name for name in GYMS if get_gym(name).exposes_tools)
+                raise ValueError(
+                    f"env.protocol=native_tools needs gyms that expose tools, but {without} expose none; gyms "
+                    f"with tools: {with_tools} (use env.protocol=tool_call or bracket for the others)")
+        return self
 
 
 class EnvRunnerConfig(_Section):

@@ -43,10 +43,16 @@ def rollout_limits(config: UserRLConfig, temperature: float | None = None) -> Ro
 
 
 def env_kwargs(config: UserRLConfig) -> dict[str, dict[str, Any]]:
-    """Constructor arguments of each configured gym."""
+    """Constructor arguments of each configured gym (native_tools adds the gym's native rules; kwargs win)."""
+    from userrl.envs.registry import get_gym
+
     ec = config.env
+
+    def native(name: str) -> dict[str, Any]:
+        return dict(get_gym(name).native_tools_kwargs) if ec.protocol == "native_tools" else {}
+
     return {spec.name: {"max_steps": ec.max_steps, "step_timeout_s": ec.step_timeout_s, "backend": ec.backend,
-                        **spec.kwargs} for spec in ec.gyms}
+                        **native(spec.name), **spec.kwargs} for spec in ec.gyms}
 
 
 def _answers(calls: dict[int, Any], timeout: float) -> dict[int, Any]:

@@ -26,7 +26,7 @@ from userrl.chat import (
     parse_bracket,
     parse_tool_calls,
 )
-from userrl.envs import Task
+from userrl.envs import MultiTurnEnv, Task
 from userrl.rollout import AgentTurn, EpisodePolicy, RolloutLimits
 from userrl.trajectory import Trajectory
 
@@ -74,13 +74,14 @@ class OpenAIPolicy(EpisodePolicy):
         from openai import AsyncOpenAI
 
         if protocol not in ("tool_call", "bracket"):
-            raise ValueError(f"env.protocol={protocol!r} is not one of 'bracket', 'tool_call'")
+            raise ValueError(f"env.protocol={protocol!r} is not one of 'bracket', 'tool_call' (an OpenAI-compatible "
+                             "policy does not play native_tools episodes yet)")
         self.spec, self.protocol, self.max_tokens = spec, protocol, max_tokens
         # The key is read now, when the client is built (never logged); local servers need none.
         self.client = AsyncOpenAI(base_url=spec.base_url, api_key=os.environ.get("OPENAI_API_KEY") or _KEYLESS,
                                   timeout=timeout_s, max_retries=max(0, attempts - 1))
 
-    def start(self, traj: Trajectory, task: Task) -> None:
+    def start(self, traj: Trajectory, task: Task, env: MultiTurnEnv) -> None:
         """The task's opening messages."""
         traj.messages = self.initial_messages(task.prompt)
 

@@ -61,8 +61,8 @@ class EpisodePolicy(ABC):
     """
 
     @abstractmethod
-    def start(self, traj: Trajectory, task: Task) -> None:
-        """Put the task's opening messages into the trajectory."""
+    def start(self, traj: Trajectory, task: Task, env: MultiTurnEnv) -> None:
+        """Put the task's opening messages into the trajectory (`env` holds the task: its tools, if any)."""
 
     @abstractmethod
     async def act(self, traj: Trajectory, turn: int, limits: RolloutLimits, seed: int) -> AgentTurn | None:
@@ -85,7 +85,12 @@ async def run_episode(
 ) -> Trajectory:
     """Play one episode (spec 1.2); never raises for env, policy or parse failures (they abort it)."""
     traj = new_trajectory(task, uid, group_id)
-    policy.start(traj, task)
+    try:
+        policy.start(traj, task, env)
+    except Exception as error:  # noqa: BLE001 - e.g. a gym without tools under native_tools: this episode only
+        log.warning("cannot open episode %s: %s: %s", uid, type(error).__name__, error)
+        env.close()
+        return abort_trajectory(traj, f"prompt_exception:{type(error).__name__}")
     if not reset_env(env, task, traj):
         return traj
     versions: list[int] = []
@@ -131,11 +136,11 @@ class TokenPolicy(EpisodePolicy):
     def __init__(self, chat: ChatFormat, generate: GenerateFn):
         self.chat, self.generate = chat, generate
 
-    def start(self, traj: Trajectory, task: Task) -> None:
-        """The rendered prompt (system + user), outside the loss."""
-        messages = self.chat.initial_messages(task.prompt)
+    def start(self, traj: Trajectory, task: Task, env: MultiTurnEnv) -> None:
+        """The rendered prompt (system + user, with the gym's tools under native_tools), outside the loss."""
+        messages, tools = self.chat.episode_opening(task, env)
         traj.messages = [dict(m) for m in messages]
-        for ids, role in self.chat.encode_prompt(messages):
+        for ids, role in self.chat.encode_prompt(messages, tools):
             traj.append(ids, role)
         traj.prompt_len = len(traj.input_ids)
 
@@ -165,12 +170,12 @@ class TokenPolicy(EpisodePolicy):
         return AgentTurn(turn, self.chat.parse(text), out.finish_reason, len(out.token_ids), out.policy_version)
 
     def observe(self, traj: Trajectory, turn: AgentTurn, feedback: str, limits: RolloutLimits) -> bool:
-        """The tool message's ids, cut to what the context has room for."""
+        """The tool (or, for a message to the user, user) message's ids, cut to what the context has room for."""
         tool_messages = self.chat.tool_messages(turn.parsed, feedback)
         traj.messages.extend(tool_messages)
         tool_ids = self.chat.encode_after_assistant(tool_messages)
         room = min(limits.max_model_len - len(traj.input_ids), limits.max_response_len - traj.response_len)
-        traj.append(tool_ids[:max(room, 0)], ROLE_IDS["tool"], turn=turn.turn)
+        traj.append(tool_ids[:max(room, 0)], ROLE_IDS[tool_messages[0]["role"]], turn=turn.turn)
         return len(tool_ids) <= room
 
 

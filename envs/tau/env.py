@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -39,6 +40,15 @@ HELP_TEXT = (
 )
 #: The customer-simulator role name in info["lm_calls"].
 CUSTOMER_ROLE = "customer"
+#: What `customer_failure` may be: the fallback reply (GYMS.md 5) or the end of the episode (MUA-RL, 5.1).
+CUSTOMER_FAILURE_MODES = ("fallback", "end")
+#: The feedback of a step whose customer gave no reply under customer_failure="end".
+CUSTOMER_GONE = "The customer did not reply; the conversation has ended."
+#: The system message of a native-tools episode on a database that ships without its policy text.
+NATIVE_SYSTEM_FALLBACK = (
+    "You are a customer-service agent. Help the customer with the tools you have: identify them first, get "
+    "an explicit yes before changing anything, and tell them the facts they ask for."
+)
 
 
 class TauEnv(MultiTurnEnv):
@@ -49,6 +59,9 @@ class TauEnv(MultiTurnEnv):
     normalize_rewards_default: ClassVar[bool] = False
     uses_role_client: ClassVar[bool] = True
     role_names: ClassVar[tuple[str, ...]] = (CUSTOMER_ROLE,)
+    exposes_tools: ClassVar[bool] = True
+    # MUA-RL's episode (ALGORITHMS.md 5.1): a customer that fails or stays silent ends the conversation.
+    native_tools_kwargs: ClassVar[Mapping[str, Any]] = {"customer_failure": "end"}
 
     def _configure(
         self,
@@ -56,12 +69,18 @@ class TauEnv(MultiTurnEnv):
         tau_data_root: str | Path | None = None,
         user_temperature: float = 0.0,
         expose_policy: bool = False,
+        customer_failure: str = "fallback",
     ) -> None:
-        """Gym keywords: the τ-bench folder, the simulator's temperature, policy access."""
+        """Gym keywords: the τ-bench folder, the simulator's temperature, policy access, a silent customer."""
         # Tau's reward is the same in both presets (GYMS.md 0.9).
+        if customer_failure not in CUSTOMER_FAILURE_MODES:
+            raise ValueError(
+                f"customer_failure must be one of {list(CUSTOMER_FAILURE_MODES)}, got {customer_failure!r}"
+            )
         self.tau_data_root = tau_data_root
         self.user_temperature = float(user_temperature)
         self.expose_policy = bool(expose_policy)
+        self.customer_failure = customer_failure
 
     def _observation_fields(self) -> dict[str, spaces.Space]:
         return {
@@ -84,6 +103,19 @@ class TauEnv(MultiTurnEnv):
         self._domain: DomainData = domain
         self._tools_info = catalogue_text(data["domain"])
 
+    # ------------------------------------------------------------------ native tools
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        """The domain's τ-bench tools as OpenAI-style function schemas, in upstream's advertised order."""
+        return [tool.schema() for tool in domain_tools(self._data["domain"]).values()]
+
+    def native_prompt(self) -> list[dict[str, str]]:
+        """The domain policy as the system message, then the customer's recorded first message (5.1)."""
+        # The recorded `obs` (not a fresh simulator opening) keeps every member of a GRPO group identical.
+        policy = self._domain.policy()
+        system = policy.strip() if policy and policy.strip() else NATIVE_SYSTEM_FALLBACK
+        return [{"role": "system", "content": system}, {"role": "user", "content": self._data["obs"].strip()}]
+
     # ------------------------------------------------------------------ episode state
 
     def _reset_impl(self) -> tuple[str, dict[str, Any], dict[str, Any]]:
@@ -97,6 +129,7 @@ class TauEnv(MultiTurnEnv):
         self.tool_calls = 0
         self.invalid_tool_calls = 0
         self.tool_errors = 0
+        self.customer_failures = 0
         self.customer: ScriptedCustomer | None = None
         if self.role_backends[CUSTOMER_ROLE] == "scripted":
             user = (
@@ -119,6 +152,7 @@ class TauEnv(MultiTurnEnv):
             "tool_calls": self.tool_calls,
             "invalid_tool_calls": self.invalid_tool_calls,
             "tool_errors": self.tool_errors,
+            "customer_failures": self.customer_failures,
             "db_match": None,
             "outputs_match": None,
             "missing_outputs": None,
@@ -148,9 +182,14 @@ class TauEnv(MultiTurnEnv):
         if choice == "search":
             feedback = self._search(content)
         elif choice == "action":
-            feedback = await self._respond(content)
-            if STOP_TOKEN in feedback:
-                base, terminated = self._end("stop"), True
+            reply = await self._respond(content)
+            if reply is None:
+                # The conversation is over; the database is judged as it stands, as after ###STOP###.
+                feedback, base, terminated = CUSTOMER_GONE, self._end("customer_failed"), True
+            else:
+                feedback = reply
+                if STOP_TOKEN in feedback:
+                    base, terminated = self._end("stop"), True
         elif choice == "answer":
             feedback, is_terminal = self._tool_call(content)
             if is_terminal:
@@ -183,8 +222,8 @@ class TauEnv(MultiTurnEnv):
             return SEARCH_UNSUPPORTED_WITH_POLICY
         return SEARCH_UNSUPPORTED
 
-    async def _respond(self, message: str) -> str:
-        """Send an agent message to the customer and return the customer's reply."""
+    async def _respond(self, message: str) -> str | None:
+        """Send an agent message to the customer: the reply, or None when it gave none and that ends the episode."""
         self.responds.append(message)
         self.dialogue.append(("agent", message))
         if self.customer is not None:
@@ -195,8 +234,14 @@ class TauEnv(MultiTurnEnv):
             text, call = await self.llm.complete_text(
                 CUSTOMER_ROLE, system, user, temperature=self.user_temperature
             )
-            self.record_lm_call(call.role, call.attempts, call.ok, call.latency_s)
-            reply = clean_reply(text) or FALLBACK_REPLY
+            reply = clean_reply(text)
+            # An empty reply is a failed call, as the OpenAI client counts it (it retries empties).
+            self.record_lm_call(call.role, call.attempts, call.ok and reply is not None, call.latency_s)
+            if reply is None:
+                self.customer_failures += 1
+                if self.customer_failure == "end":
+                    return None
+                reply = FALLBACK_REPLY
         self.dialogue.append(("customer", reply))
         return reply
 

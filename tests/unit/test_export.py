@@ -59,7 +59,7 @@ def test_export_round_trip_same_greedy_tokens_and_training_prompt(checkpoint, tm
     prompt = [{"role": "system", "content": "Find the rule."}, {"role": "user", "content": "Ask me."}]
     # The checkpoint's template has no tools: training appended the instructions to the system message.
     trained = ChatFormat(source_tok, "tool_call")
-    assert not trained.native_tools
+    assert not trained.template_tools
     trained_ids = [i for ids, _ in trained.encode_prompt(trained.initial_messages(prompt)) for i in ids]
     exported_ids = exported_tok.apply_chat_template(prompt, tools=[TOOL_SCHEMA], add_generation_prompt=True,
                                                     tokenize=True, return_dict=False)

@@ -7,6 +7,10 @@ string (only Tau's `think` tool observes "", as specified), no exception inside 
 stays None), a finite reward, an observation in the observation space; an action without a known choice
 gets the gym's invalid-action reply.
 
+Tau also gets fuzzed assistant messages of the native_tools protocol (unknown tools, wrong argument types,
+extra arguments, JSON in strings, several calls, the terminal tool mid-sentence, broken blocks): each is
+parsed as the rollout parses it and either ends the episode (no well-formed call) or is one step.
+
 USERRL_GYM_FUZZ_ACTIONS sets the number of fuzzed actions over the eight gyms: 2,000 by default (a few
 seconds to half a minute here), 10,000 for the reliability scenario (USERRL_GYM_FUZZ_ACTIONS=10000).
 """
@@ -27,8 +31,10 @@ from gym_helpers import invalid_action_feedback
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from userrl.chat import TOOL_BLOCK, parse_native_tools
 from userrl.envs import GYMS, Task, load_tasks, make_env, make_solver, parse_action, tool_call_to_action
 from userrl.envs.base import ENDED_FEEDBACK, EXCEPTION_FEEDBACK, TIMEOUT_FEEDBACK
+from userrl.envs.json_extract import strip_think
 from userrl.envs.solving import UngroundedTask
 from userrl.envs.tau.parsing import parse_tool_call
 from userrl.envs.tau.tools import domain_tools
@@ -217,3 +223,50 @@ def test_many_unclosed_think_tags_stay_fast() -> None:
     start = time.perf_counter()
     check_step(env, "tau", "[answer] " + "<think>" * 20_000)
     assert time.perf_counter() - start < 1.0
+
+
+# ---------------------------------------------------------------- native tool calls (env.protocol=native_tools)
+
+
+def native_message() -> st.SearchStrategy[str]:
+    """An assistant message of the native_tools protocol: plain text, or text around `<tool_call>` blocks that
+    hold well-formed calls (real and made-up names, any argument types, extra arguments, arguments as a JSON
+    string, JSON inside string values), broken JSON, or nothing; several blocks; unclosed blocks."""
+    names = st.sampled_from(sorted(domain_tools("retail")) + ["transfer_to_human_agents"] * 4) | st.text(max_size=12)
+    arguments = st.one_of(
+        st.dictionaries(st.sampled_from(["order_id", "user_id", "email", "reason", "thought", "summary",
+                                         "expression", "item_ids", "x"]), JSON_VALUES, max_size=4),
+        JSON_VALUES,
+        st.builds(json.dumps, st.dictionaries(st.text(max_size=8), JSON_VALUES, max_size=3)),
+        st.builds(lambda v: {"order_id": json.dumps(v)}, JSON_VALUES),
+    )
+    well_formed = st.builds(lambda n, a: json.dumps({"name": n, "arguments": a}), names, arguments)
+    payload = st.one_of(well_formed, tau_tool_call(), st.sampled_from(BROKEN_JSON), st.text(max_size=40))
+    block = st.builds(lambda p, close: f"<tool_call>\n{p}\n" + ("</tool_call>" if close else ""),
+                      payload, st.sampled_from([True, True, True, False]))
+    words = st.text(max_size=60) | st.sampled_from(["", "Let me check. ", "I will transfer you now. ",
+                                                    "transfer_to_human_agents", "<think>hmm</think>", " Bye!"])
+    tool_message = st.builds(lambda before, blocks, after: before + "\n".join(blocks) + after,
+                             words, st.lists(block, min_size=1, max_size=3), words)
+    return words | tool_message
+
+
+@settings(max_examples=max(20, TOTAL_ACTIONS // 40), deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(task_index=st.integers(0, TASKS_PER_GYM - 1), prefix=st.integers(0, MAX_PREFIX),
+       messages=st.lists(native_message(), min_size=ACTIONS_PER_EPISODE, max_size=ACTIONS_PER_EPISODE))
+def test_fuzzed_native_tool_messages_get_tau_feedback(task_index: int, prefix: int, messages: list[str]) -> None:
+    # Each message goes through the native_tools parser: a message without a well-formed call ends the
+    # episode (ALGORITHMS.md 5.1; the rollout counts it), every other one is one step with the gym's feedback.
+    task = copy.deepcopy(fuzz_tasks("tau")[task_index])
+    env = make_env("tau", task, customer_failure="end")
+    env.reset()
+    advance(env, "tau", task, prefix)
+    for message in messages:
+        parsed, visible = parse_native_tools(message), strip_think(message)
+        assert parsed.n_tool_calls == (len(TOOL_BLOCK.findall(visible)) if "<tool_call>" in visible else 0)
+        if parsed.action is None:
+            assert not parsed.calls and (parsed.n_tool_calls or not visible.strip())
+            continue
+        assert parsed.speaks == (parsed.n_tool_calls == 0)
+        check_step(env, "tau", parsed.action)
