@@ -454,6 +454,11 @@ class UserRLConfig(_Section):
             raise ValueError(
                 f"{', '.join(changed)}: training.adv_estimator=grpo_multiturn has no critic; set "
                 f"training.adv_estimator to a GAE estimator ({', '.join(_GAE)}) or remove the critic settings")
+        if self.sft.enabled and self.env.protocol == "native_tools":
+            # Demonstrations are rendered as choice steps and tool messages; native episodes are not built yet.
+            raise ValueError(
+                "sft.enabled=true is not available with env.protocol=native_tools yet (demonstrations are "
+                "rendered for bracket/tool_call); set sft.enabled=false or env.protocol=tool_call")
         if self.training.uses_critic and not self.critic.mask_obs and self.env.max_turns == 1:
             raise ValueError(
                 "critic.mask_obs=false trains the critic on env tokens between agent turns, but env.max_turns=1 "

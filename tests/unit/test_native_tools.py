@@ -387,3 +387,10 @@ def test_every_gym_declares_whether_it_exposes_tools(name):
     assert [m["role"] for m in env.native_prompt()] == ["system", "user"]
     for schema in env.tool_schemas():
         assert schema["type"] == "function" and schema["function"]["parameters"]["type"] == "object"
+
+
+def test_sft_is_refused_with_native_tools_until_demonstrations_exist():
+    from userrl.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match="sft.enabled=true is not available with env.protocol=native_tools"):
+        load_config(None, ["env.protocol=native_tools", "env.gyms=[{name: tau}]", "sft.enabled=true"])
