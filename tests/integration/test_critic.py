@@ -150,13 +150,13 @@ def _config(tmp_path, **training):
 @pytest.mark.parametrize("estimator", ["gae", "gae_multiturn", "gae_bilevel"])
 def test_every_estimator_trains_end_to_end(ray_local, tiny_model, tmp_path, estimator):
     extra = {"mt_gae_returns": "cumulative"} if estimator == "gae_multiturn" else {}
-    algo = (_config(tmp_path, adv_estimator=estimator, iterations=2, rollout_filter_ratio=0.5, format_penalty=-0.1,
+    algo = (_config(tmp_path, adv_estimator=estimator, iterations=1, rollout_filter_ratio=0.5, format_penalty=-0.1,
                     **extra).checkpointing(every=0).build_algo())
     try:
         results = algo.fit()
     finally:
         algo.stop()
-    assert [r["iteration"] for r in results] == [1, 2]
+    assert [r["iteration"] for r in results] == [1]  # more iterations: the resume test below
     for r in results:
         for key in ("critic/value_loss", "critic/explained_variance", "critic/value_mean", "critic/return_mean",
                     "critic/grad_norm", "learner/loss"):
