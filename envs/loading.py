@@ -136,6 +136,32 @@ def check_builtin_split(gym: str, split: str) -> None:
         raise ValueError(f"builtin {gym} tasks have splits 'train' and 'test', not {split!r}")
 
 
+def load_leveled_tasks(
+    gym: str,
+    path: Path,
+    split: str,
+    difficulty: int | Sequence[int] | None,
+    levels: Sequence[int],
+    validate: Callable[[Any, str], dict[str, Any]],
+    prompt: Callable[[dict[str, Any]], list[dict[str, str]]],
+) -> list[Task]:
+    """The builtin tasks of one split (and optionally some levels) from a generated file whose items carry
+    `difficulty` and `split`: each item checked by `validate(raw, where)`, its prompt built by `prompt(record)`."""
+    check_builtin_split(gym, split)
+    wanted = label_filter(gym, "difficulty levels", difficulty, levels)
+    tasks = []
+    for raw in read_json_list(path, "tasks"):
+        record = validate(raw, str(path))
+        level, item_split = raw.get("difficulty"), raw.get("split")
+        if level not in levels or item_split not in ("train", "test"):
+            raise ValueError(f"{path}: item {record['id']!r} needs difficulty {min(levels)}..{max(levels)} "
+                             "and split train/test")
+        if item_split == split and (wanted is None or level in wanted):
+            tasks.append(Task(gym, record["id"], prompt(record), record, split=split, difficulty=level,
+                              source="builtin"))
+    return tasks
+
+
 def check_userrl_split(gym: str, split: str, known: Collection[str], note: str = "") -> None:
     """ValueError unless split is one of the original data's splits (note is appended to the message)."""
     if split not in known:

@@ -10,13 +10,11 @@ from typing import Any
 from userrl.envs.base import Task
 from userrl.envs.function.safe_eval import Formula, RuleError
 from userrl.envs.loading import (
-    check_builtin_split,
     check_userrl_split,
     index_by_id,
     item_id_of,
-    label_filter,
+    load_leveled_tasks,
     read_json_array,
-    read_json_list,
     resolve_userrl_rows,
     source_loader,
     system_user_prompt,
@@ -76,21 +74,8 @@ def load_builtin_tasks(
     split: str = "train", difficulty: int | Sequence[int] | None = None, path: str | Path | None = None
 ) -> list[Task]:
     """Our own generated tasks (function/data/tasks.json) of one split, optionally of some levels."""
-    check_builtin_split(GYM, split)
-    levels = label_filter(GYM, "difficulty levels", difficulty, DIFFICULTY_LEVELS)
-    path = Path(path) if path is not None else BUILTIN_TASKS_PATH
-    tasks = []
-    for raw in read_json_list(path, "tasks"):
-        record = validate_record(raw, str(path))
-        level, item_split = raw.get("difficulty"), raw.get("split")
-        if level not in DIFFICULTY_LEVELS or item_split not in ("train", "test"):
-            raise ValueError(f"{path}: item {record['id']!r} needs difficulty 0..4 and split train/test")
-        if item_split != split or (levels is not None and level not in levels):
-            continue
-        tasks.append(
-            Task(GYM, record["id"], builtin_prompt(), record, split=split, difficulty=level, source="builtin")
-        )
-    return tasks
+    return load_leveled_tasks(GYM, Path(path) if path is not None else BUILTIN_TASKS_PATH, split, difficulty,
+                              DIFFICULTY_LEVELS, validate_record, lambda record: builtin_prompt())
 
 
 def load_userrl_functions(data_root: str | Path) -> dict[str, dict[str, Any]]:
