@@ -13,6 +13,7 @@ import pytest
 import requests
 
 from userrl.envs import load_tasks, make_solver
+from userrl.envs.registry import GYMS
 
 pytestmark = pytest.mark.slow
 
@@ -95,7 +96,7 @@ def test_play_page_episode_typed_then_agent(play_server, browser):
 
     assert requests.get(f"{play_server}/play/static/nothing.py", timeout=30).status_code == 404
     browser.get(f"{play_server}/play")
-    _wait(browser, lambda d: len(Select(d.find_element(By.ID, "gym")).options) == 8)
+    _wait(browser, lambda d: len(Select(d.find_element(By.ID, "gym")).options) == len(GYMS))  # every gym
     assert "tiny-random" in _text(browser, "#model-info")
 
     # A person plays FunctionGym through with the privileged solver's actions.
