@@ -10,10 +10,11 @@ rendered with one symbol per cell, cells separated by one space, the top row fir
 
 from __future__ import annotations
 
-import re
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from userrl.envs.moves import MAX_MOVES_PER_TURN, parse_moves  # noqa: F401 - this gym's names
 
 PLAYER, FROZEN, HOLE, GOAL, PLAYER_IN_HOLE, PLAYER_ON_GOAL = "P", "_", "O", "G", "X", "√"
 #: gymnasium's desc letter -> the symbol of that cell without the player on it.
@@ -21,24 +22,9 @@ TERRAIN_SYMBOL = {"S": FROZEN, "F": FROZEN, "H": HOLE, "G": GOAL}
 #: The moves in gymnasium's action order (0 left, 1 down, 2 right, 3 up).
 MOVES: tuple[str, ...] = ("left", "down", "right", "up")
 DELTAS: dict[str, tuple[int, int]] = {"left": (0, -1), "down": (1, 0), "right": (0, 1), "up": (-1, 0)}
-#: At most this many moves per action, e.g. "left, down, down" (RAGEN also allowed several per turn).
-MAX_MOVES_PER_TURN = 3
-#: Content longer than this is never a list of moves (huge inputs are refused without parsing).
-_MAX_MOVE_TEXT = 200
-_SEPARATORS = re.compile(r"[\s,;|]+")
 _BOARD_SYMBOLS = frozenset({PLAYER, FROZEN, HOLE, GOAL, PLAYER_IN_HOLE, PLAYER_ON_GOAL})
 
 Cell = tuple[int, int]
-
-
-def parse_moves(content: str) -> list[str] | None:
-    """The moves of an action's content ("left, down", "Up"): 1..MAX_MOVES_PER_TURN of them, else None."""
-    if len(content) > _MAX_MOVE_TEXT:
-        return None
-    words = [w for w in _SEPARATORS.split(content.strip().lower().rstrip(".!")) if w]
-    if not 1 <= len(words) <= MAX_MOVES_PER_TURN or any(w not in DELTAS for w in words):
-        return None
-    return words
 
 
 def step_cell(cell: Cell, move: str, size: tuple[int, int]) -> Cell:

@@ -7,35 +7,21 @@ space, the top row first.
 
 from __future__ import annotations
 
-import re
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+from userrl.envs.moves import MAX_MOVES_PER_TURN, parse_moves  # noqa: F401 - this gym's names
 
 WALL, FLOOR, TARGET, BOX, BOX_ON_TARGET, PLAYER, PLAYER_ON_TARGET = "#", "_", "O", "X", "√", "P", "S"
 SYMBOLS = frozenset({WALL, FLOOR, TARGET, BOX, BOX_ON_TARGET, PLAYER, PLAYER_ON_TARGET})
 MOVES: tuple[str, ...] = ("up", "down", "left", "right")
 DELTAS: dict[str, tuple[int, int]] = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
-#: At most this many moves per action, e.g. "left, down, down" (RAGEN also allowed several per turn).
-MAX_MOVES_PER_TURN = 3
-#: Content longer than this is never a list of moves (huge inputs are refused without parsing).
-_MAX_MOVE_TEXT = 200
-_SEPARATORS = re.compile(r"[\s,;|]+")
 
 Cell = tuple[int, int]
 
 #: What one move did: the player walked, bumped into a wall, pushed a box, or could not push it.
 MOVED, BUMPED, PUSHED, BLOCKED = "moved", "bumped", "pushed", "blocked"
-
-
-def parse_moves(content: str) -> list[str] | None:
-    """The moves of an action's content ("left, down", "Up"): 1..MAX_MOVES_PER_TURN of them, else None."""
-    if len(content) > _MAX_MOVE_TEXT:
-        return None
-    words = [w for w in _SEPARATORS.split(content.strip().lower().rstrip(".!")) if w]
-    if not 1 <= len(words) <= MAX_MOVES_PER_TURN or any(w not in DELTAS for w in words):
-        return None
-    return words
 
 
 def _shift(cell: Cell, move: str) -> Cell:
