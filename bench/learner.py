@@ -9,14 +9,17 @@ the peak the group can reach; model FLOPs per processed token follow PaLM (appen
 6 x (non-embedding parameters) + 12 x layers x width x sequence length, plus the LM head on the
 positions that go through it (the learner computes logits of trained positions only). MFU is
 achieved model FLOP/s over the measured peak. The full-state gather that feeds every weight sync is
-timed too. `--estimators grpo_multiturn,gae_multiturn` runs the same updates once per estimator, one after
+timed too. `--architecture` builds a randomly initialised model of a published architecture instead
+(MFU needs no trained weights), so a GPU machine without network or model files can measure a 0.5B or
+1.5B model; the bench imports neither Ray nor MLflow, so such a machine needs only torch, transformers
+and pydantic. `--estimators grpo_multiturn,gae_multiturn` runs the same updates once per estimator, one after
 the other, and prints them side by side: what the critic of the GAE estimators costs (its value pass before
 the update, its own update, its memory).
 
     .venv/bin/python bench/learner.py --learners 2 --precision bfloat16       # CPU (2 gloo ranks)
     .venv/bin/python bench/learner.py --estimators grpo_multiturn,gae_multiturn   # the critic's cost
     .venv/bin/python bench/learner.py --learners 1 --precision bfloat16 --batch 64 --prompt 1024 \\
-        --response 1024 --micro-batch-tokens 16384                             # one GPU
+        --response 1024 --micro-batch-tokens 16384 --architecture qwen2.5-0.5b # one GPU
 """
 
 from __future__ import annotations
@@ -26,7 +29,31 @@ import os
 import resource
 import socket
 import statistics
+import tempfile
 import time
+
+# Published configurations (the models' config.json, sizes only): what FLOPs and memory depend on.
+ARCHITECTURES = {
+    "smollm2-135m": dict(model_type="llama", hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                         num_attention_heads=9, num_key_value_heads=3, head_dim=64, vocab_size=49152),
+    "qwen2.5-0.5b": dict(model_type="qwen2", hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                         num_attention_heads=14, num_key_value_heads=2, vocab_size=151936),
+    "qwen2.5-1.5b": dict(model_type="qwen2", hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+                         num_attention_heads=12, num_key_value_heads=2, vocab_size=151936),
+}
+
+
+def random_model(architecture: str, folder: str) -> str:
+    """Write a randomly initialised bf16 model of a published architecture (tied embeddings) into `folder`."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model(**ARCHITECTURES[architecture], tie_word_embeddings=True, pad_token_id=0,
+                                  max_position_embeddings=32768)
+    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):  # initialising 1.5B on a CPU takes minutes
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model.save_pretrained(folder)
+    return folder
 
 
 def _free_port() -> int:
@@ -91,9 +118,9 @@ def _rank(rank: int, world: int, port: int, model_path: str, args: argparse.Name
           estimator: str) -> None:
     import torch
     import torch.distributed as dist
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoConfig
 
-    from userrl.algorithm import GRPOMultiTurnConfig
+    from userrl.config import parse_config
     from userrl.learner import Learner
 
     cuda = torch.cuda.is_available() and not args.cpu
@@ -104,18 +131,17 @@ def _rank(rank: int, world: int, port: int, model_path: str, args: argparse.Name
     dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world)
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
-    config = (GRPOMultiTurnConfig()
-              .policy(model=args.model)
-              .training(batch_size=args.batch // args.group, group_size=args.group, lr=1e-6,
-                        micro_batch_tokens=args.micro_batch_tokens, adv_estimator=estimator)
-              .learners(num_learners=world, precision=args.precision, use_gpu=cuda,
-                        gradient_checkpointing=args.gradient_checkpointing)
-              .to_config())
+    config = parse_config({
+        "policy": {"model": model_path},
+        "training": {"batch_size": args.batch // args.group, "group_size": args.group, "lr": 1e-6,
+                     "micro_batch_tokens": args.micro_batch_tokens, "adv_estimator": estimator},
+        "learners": {"num_learners": world, "precision": args.precision, "use_gpu": cuda,
+                     "gradient_checkpointing": args.gradient_checkpointing}})
     dtype = torch.bfloat16 if args.precision == "bfloat16" else torch.float32
     dist.barrier()
     peak = matmul_peak(device, dtype, args.matmul_size or (8192 if cuda else 2048), 10 if cuda else 5)
-    learner = Learner(model_path, config, AutoTokenizer.from_pretrained(model_path).pad_token_id)
     model_config = AutoConfig.from_pretrained(model_path)
+    learner = Learner(model_path, config, model_config.pad_token_id or 0)  # synthetic ids: any pad will do
     trajectories = _trajectories(args.batch, args.group, args.prompt, args.response, model_config.vocab_size, 0)
     advantage_seconds = []
     for _ in range(2):  # with a critic: its forward pass over the batch and the all-gather of the values
@@ -152,6 +178,8 @@ def _rank(rank: int, world: int, port: int, model_path: str, args: argparse.Name
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--architecture", choices=sorted(ARCHITECTURES),
+                        help="instead of --model: random weights of this published architecture")
     parser.add_argument("--learners", type=int, default=2)
     parser.add_argument("--precision", default="bfloat16", choices=["bfloat16", "float32"])
     parser.add_argument("--batch", type=int, default=16, help="sequences per update")
@@ -174,7 +202,12 @@ def main() -> None:
 
     from userrl.models import resolve_model
 
-    model_path = resolve_model(args.model)  # once, before the ranks start (a first run converts the GGUF)
+    if args.architecture:
+        args.model = args.architecture + " (random weights)"
+        scratch = tempfile.TemporaryDirectory(prefix=f"{args.architecture}-")  # removed when main returns
+        model_path = random_model(args.architecture, scratch.name)
+    else:
+        model_path = resolve_model(args.model)  # once, before the ranks start (a first run converts the GGUF)
     context = mp.get_context("spawn")
     runs = {}
     for estimator in args.estimators.split(","):

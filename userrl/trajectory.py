@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import polars as pl
+if TYPE_CHECKING:  # polars is imported where frames are made: learners, which import this module, need none
+    import polars as pl
 
 ROLE_IDS = {"system": 0, "user": 1, "assistant": 2, "tool": 3}
 PAD_ROLE = -1
@@ -115,6 +116,8 @@ def to_frame(trajectories: list[Trajectory]) -> pl.DataFrame:
         row["episode_return"] = traj.episode_return
         row["num_turns"] = len(traj.turns)
         rows.append(row)
+    import polars as pl
+
     schema = {name: pl.List(pl.Int64) for name in _LIST_FIELDS if name != "sampler_logprobs"}
     schema["sampler_logprobs"] = pl.List(pl.Float64)
     return pl.DataFrame(rows, schema_overrides=schema)
@@ -146,4 +149,6 @@ def write_parquet(trajectories: list[Trajectory], path: str | Path) -> Path:
 
 def read_parquet(path: str | Path) -> list[Trajectory]:
     """Read trajectories written by `write_parquet`."""
+    import polars as pl
+
     return from_frame(pl.read_parquet(path))
