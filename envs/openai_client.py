@@ -4,7 +4,12 @@ GYMS.md 0.6: one system + one user message per call, a per-attempt timeout, boun
 pause, extraction/validation failures count as failed attempts, and after the last attempt the value is
 None (the gym applies the role's fallback). Model and network failures never raise.
 
-HTTP clients and concurrency semaphores are shared by every OpenAIRoleClient of the process, per event
+Requests are plain HTTP (aiohttp), not the `openai` SDK: an EnvRunner sends dozens of role calls at once
+from one event loop, and the SDK's per-call CPU (request transforms, pydantic response models, an
+httpcore pool that scans every connection per request) held the loop for 5-35 ms a call on a loaded
+2-core machine, so the 64th request of a step left hundreds of ms after the first (bench/env_stepping.py).
+
+HTTP sessions and concurrency semaphores are shared by every OpenAIRoleClient of the process, per event
 loop and endpoint: asyncio primitives and pooled connections belong to the loop that made them, and the
 envs may drive steps from short-lived loops (`run_sync`).
 """
@@ -12,18 +17,19 @@ envs may drive steps from short-lived loops (`run_sync`).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import os
 import threading
 import time
+import urllib.request
 from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-import openai
-from openai import AsyncOpenAI
+import aiohttp
 
 from userrl.envs.json_extract import JSONExtractionError, extract_json_object, strip_think
 from userrl.envs.llm import RoleCall, RoleClient
@@ -40,6 +46,7 @@ _KEYLESS_PLACEHOLDER = "EMPTY"
 # A request the server rejects as malformed or unauthorised fails the same way on every retry.
 _PERMANENT_STATUS = frozenset({400, 401, 403, 404, 422})
 _ERROR_CHARS = 300
+_JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 @dataclass(frozen=True, repr=False)
@@ -149,21 +156,40 @@ def _check_int(name: str, value: Any, *, minimum: int) -> None:
 
 
 class _LoopState:
-    """The HTTP clients and semaphores owned by one event loop."""
+    """The HTTP sessions (connection pools) and semaphores owned by one event loop."""
 
     def __init__(self) -> None:
-        self.clients: dict[tuple[str, str], AsyncOpenAI] = {}
+        #: One pooled session per (base_url, api_key): every episode of a runner reuses its connections.
+        self.clients: dict[tuple[str, str], aiohttp.ClientSession] = {}
         self.semaphores: dict[tuple[str, int], asyncio.Semaphore] = {}
         self.closer: AsyncGenerator[None, None] | None = None
 
+    def session(self, base_url: str, api_key: str) -> aiohttp.ClientSession:
+        """The loop's session for this endpoint and key, made on first use."""
+        session = self.clients.get((base_url, api_key))
+        if session is None or session.closed:
+            session = aiohttp.ClientSession(
+                headers={"Authorization": f"Bearer {api_key}"},
+                # No pool limit of its own: the endpoint's semaphore bounds requests in flight, and two
+                # configs of one endpoint may use different max_concurrency values.
+                connector=aiohttp.TCPConnector(limit=0),
+                # The attempt timeout is asyncio.timeout around the whole exchange (see _request).
+                timeout=aiohttp.ClientTimeout(total=None),
+                # Not trust_env: aiohttp would then read ~/.netrc in a worker thread on every request.
+                # The proxy (HTTP(S)_PROXY / NO_PROXY, as the SDK's httpx honoured) is resolved once here.
+                proxy=_env_proxy(base_url),
+            )
+            self.clients[(base_url, api_key)] = session
+        return session
+
     async def close_clients(self) -> None:
-        """Close every HTTP client of this loop."""
+        """Close every HTTP session of this loop."""
         clients, self.clients = list(self.clients.values()), {}
         for client in clients:
             try:
                 await client.close()
             except Exception:  # closing is best effort; a broken connection must not fail loop shutdown
-                logger.debug("closing an OpenAI client failed", exc_info=True)
+                logger.debug("closing an HTTP session failed", exc_info=True)
 
 
 async def _close_at_loop_shutdown(state: _LoopState) -> AsyncGenerator[None, None]:
@@ -205,21 +231,68 @@ class _EmptyReplyError(Exception):
     """The server answered without any message text."""
 
 
+class _MalformedReplyError(Exception):
+    """The server answered 2xx with a body that is not a chat completion."""
+
+
+class _StatusError(Exception):
+    """The server answered with a non-2xx status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+
+
 def _describe_request_error(exc: Exception) -> tuple[str, bool]:
     """A short error code for RoleCall.error, and whether retrying is pointless."""
-    if isinstance(exc, TimeoutError | openai.APITimeoutError):
+    if isinstance(exc, TimeoutError):
         return "timeout", False
-    if isinstance(exc, openai.APIStatusError):
-        return f"http_{exc.status_code}", exc.status_code in _PERMANENT_STATUS
-    if isinstance(exc, openai.APIConnectionError):
+    if isinstance(exc, _StatusError):
+        return f"http_{exc.status}", exc.status in _PERMANENT_STATUS
+    if isinstance(exc, aiohttp.ClientConnectionError):
         return "connection_error", False
     if isinstance(exc, _EmptyReplyError):
         return "empty_reply", False
+    if isinstance(exc, _MalformedReplyError):
+        return "malformed_reply", False
     return f"request_failed:{type(exc).__name__}", False
 
 
+def _env_proxy(url: str) -> str | None:
+    """The proxy the environment sets for url's scheme, None when there is none or NO_PROXY exempts it."""
+    parts = urlsplit(url)
+    if not parts.hostname or urllib.request.proxy_bypass(parts.hostname):
+        return None
+    return urllib.request.getproxies().get(parts.scheme)
+
+
+def _error_message(body: bytes) -> str:
+    """The `error.message` of an OpenAI-style error body, else the body's start."""
+    text = body.decode("utf-8", "replace")
+    try:
+        error = json.loads(text).get("error")
+    except (ValueError, AttributeError):
+        return text[:_ERROR_CHARS]
+    message = error.get("message") if isinstance(error, dict) else error
+    return str(message) if message else text[:_ERROR_CHARS]
+
+
+def _reply_text(body: bytes) -> str:
+    """The first choice's message text of a chat-completion body."""
+    try:
+        data = json.loads(body)
+        choices = data.get("choices") or []
+        message = choices[0].get("message") if choices else None
+        content = message.get("content") if isinstance(message, dict) else None
+    except (ValueError, AttributeError, TypeError, IndexError) as exc:
+        raise _MalformedReplyError(f"not a chat completion: {body[:80]!r}") from exc
+    if not isinstance(content, str) or not content.strip():
+        raise _EmptyReplyError("the reply has no message text")
+    return content
+
+
 class OpenAIRoleClient:
-    """RoleClient over an OpenAI-compatible chat-completions endpoint, using the official `openai` SDK."""
+    """RoleClient over an OpenAI-compatible chat-completions endpoint (POST {base_url}/chat/completions)."""
 
     def __init__(self, config: LLMConfig | None = None) -> None:
         self.config = config if config is not None else LLMConfig()
@@ -291,7 +364,7 @@ class OpenAIRoleClient:
         return await self._call(role, system, user, parse, max_tokens, temperature)
 
     async def aclose(self) -> None:
-        """Close the running loop's HTTP clients of this client's endpoints (rebuilt on next use)."""
+        """Close the running loop's HTTP sessions of this client's endpoints (rebuilt on next use)."""
         state = await _loop_state()
         endpoints = {
             (cfg.base_url or "", cfg.api_key or "") for cfg in (self._default, *self._per_role.values())
@@ -361,32 +434,31 @@ class OpenAIRoleClient:
         """One chat completion under the endpoint's semaphore and the attempt timeout; the reply text."""
         base_url, api_key = cfg.base_url or "", cfg.api_key or ""
         state = await _loop_state()
-        client = state.clients.get((base_url, api_key))
-        if client is None:
-            # max_retries=0: the retry loop above is the only one, so `attempts` means what it says.
-            client = AsyncOpenAI(api_key=api_key, base_url=base_url, max_retries=0, timeout=cfg.timeout_s)
-            state.clients[(base_url, api_key)] = client
+        session = state.session(base_url, api_key)
         slot_key = (base_url, cfg.max_concurrency)
         semaphore = state.semaphores.get(slot_key)
         if semaphore is None:
             semaphore = state.semaphores[slot_key] = asyncio.Semaphore(cfg.max_concurrency)
+        payload = {
+            **cfg.extra_body,
+            "model": cfg.model,
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+            "temperature": cfg.temperature if temperature is None else temperature,
+            "max_tokens": cfg.max_tokens if max_tokens is None else max_tokens,
+        }
+        body = json.dumps(payload).encode()
         async with semaphore:
-            # The SDK's timeout is per socket operation; asyncio.timeout bounds the whole exchange, so a
-            # server that trickles bytes cannot hold an attempt open past timeout_s.
+            # asyncio.timeout bounds the whole exchange (connect, send, wait, read), so neither a dead
+            # endpoint nor a server that trickles bytes can hold an attempt open past timeout_s.
             async with asyncio.timeout(cfg.timeout_s):
-                response = await client.chat.completions.create(
-                    model=cfg.model,
-                    messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
-                    temperature=cfg.temperature if temperature is None else temperature,
-                    max_tokens=cfg.max_tokens if max_tokens is None else max_tokens,
-                    extra_body=dict(cfg.extra_body) or None,
-                    timeout=cfg.timeout_s,
-                )
-        choices = response.choices or []
-        content = choices[0].message.content if choices and choices[0].message is not None else None
-        if not isinstance(content, str) or not content.strip():
-            raise _EmptyReplyError("the reply has no message text")
-        return content
+                async with session.post(
+                    f"{base_url}/chat/completions", data=body, headers=_JSON_HEADERS
+                ) as response:
+                    raw = await response.read()
+                    status = response.status
+        if not 200 <= status < 300:
+            raise _StatusError(status, _error_message(raw))
+        return _reply_text(raw)
 
     @staticmethod
     def _scrub(cfg: LLMConfig, text: str) -> str:
