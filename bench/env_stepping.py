@@ -273,7 +273,7 @@ def main() -> None:
         sequential = None
         if args.sequential_episodes:
             (seq,) = asyncio.run(play_rounds(args, user, tasks, 1, args.sequential_episodes, 1))
-            sequential = seq["step_s"]
+            sequential = seq["run_s"]  # one episode at a time: the whole batch is the sum of its steps
     finally:
         user.close()
     cold, warm = rows[0], rows[1:] or rows

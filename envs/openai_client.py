@@ -440,11 +440,11 @@ class OpenAIRoleClient:
         if semaphore is None:
             semaphore = state.semaphores[slot_key] = asyncio.Semaphore(cfg.max_concurrency)
         payload = {
-            **cfg.extra_body,
             "model": cfg.model,
             "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
             "temperature": cfg.temperature if temperature is None else temperature,
             "max_tokens": cfg.max_tokens if max_tokens is None else max_tokens,
+            **cfg.extra_body,  # last, as the SDK merged it: a server-specific key may replace a standard one
         }
         body = json.dumps(payload).encode()
         async with semaphore:
