@@ -162,10 +162,12 @@ class _LoopState:
         #: One pooled session per (base_url, api_key): every episode of a runner reuses its connections.
         self.clients: dict[tuple[str, str], aiohttp.ClientSession] = {}
         self.semaphores: dict[tuple[str, int], asyncio.Semaphore] = {}
+        #: The environment's proxy per base_url (None: direct), looked up once, not per request.
+        self.proxies: dict[str, str | None] = {}
         self.closer: AsyncGenerator[None, None] | None = None
 
-    def session(self, base_url: str, api_key: str) -> aiohttp.ClientSession:
-        """The loop's session for this endpoint and key, made on first use."""
+    def session(self, base_url: str, api_key: str) -> tuple[aiohttp.ClientSession, str | None]:
+        """The loop's session for this endpoint and key, made on first use, and the proxy to send through."""
         session = self.clients.get((base_url, api_key))
         if session is None or session.closed:
             session = aiohttp.ClientSession(
@@ -175,12 +177,13 @@ class _LoopState:
                 connector=aiohttp.TCPConnector(limit=0),
                 # The attempt timeout is asyncio.timeout around the whole exchange (see _request).
                 timeout=aiohttp.ClientTimeout(total=None),
-                # Not trust_env: aiohttp would then read ~/.netrc in a worker thread on every request.
-                # The proxy (HTTP(S)_PROXY / NO_PROXY, as the SDK's httpx honoured) is resolved once here.
-                proxy=_env_proxy(base_url),
             )
             self.clients[(base_url, api_key)] = session
-        return session
+        if base_url not in self.proxies:
+            # Not trust_env: aiohttp would then read ~/.netrc in a worker thread on every request. The
+            # proxy (HTTP(S)_PROXY / NO_PROXY, which the SDK's httpx honoured) is resolved once instead.
+            self.proxies[base_url] = _env_proxy(base_url)
+        return session, self.proxies[base_url]
 
     async def close_clients(self) -> None:
         """Close every HTTP session of this loop."""
@@ -434,7 +437,7 @@ class OpenAIRoleClient:
         """One chat completion under the endpoint's semaphore and the attempt timeout; the reply text."""
         base_url, api_key = cfg.base_url or "", cfg.api_key or ""
         state = await _loop_state()
-        session = state.session(base_url, api_key)
+        session, proxy = state.session(base_url, api_key)
         slot_key = (base_url, cfg.max_concurrency)
         semaphore = state.semaphores.get(slot_key)
         if semaphore is None:
@@ -452,7 +455,7 @@ class OpenAIRoleClient:
             # endpoint nor a server that trickles bytes can hold an attempt open past timeout_s.
             async with asyncio.timeout(cfg.timeout_s):
                 async with session.post(
-                    f"{base_url}/chat/completions", data=body, headers=_JSON_HEADERS
+                    f"{base_url}/chat/completions", data=body, headers=_JSON_HEADERS, proxy=proxy
                 ) as response:
                     raw = await response.read()
                     status = response.status

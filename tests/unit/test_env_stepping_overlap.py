@@ -160,3 +160,23 @@ def test_the_proxy_comes_from_the_environment_and_no_proxy_exempts(monkeypatch: 
     assert openai_client._env_proxy("http://api.example.com/v1") is None  # no http_proxy set
     monkeypatch.setenv("no_proxy", "example.com")
     assert openai_client._env_proxy("https://api.example.com/v1") is None
+
+
+def test_requests_go_through_the_environments_proxy(server: PortRecordingServer,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    # The scripted server stands in for the proxy: the endpoint's own host does not resolve, so the call
+    # succeeds only if it was sent to the proxy.
+    for name in ("no_proxy", "NO_PROXY", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{server.port}")
+    client = make_client("http://role-endpoint.invalid/v1", attempts=1)
+
+    async def go() -> Any:
+        try:
+            return await client.complete_json("judge", "s", "u", dict)
+        finally:
+            await client.aclose()
+
+    value, call = asyncio.run(go())
+    assert call.ok and value == {"thought": "the story says so", "response": "Yes"}
+    assert len(server.requests) == 1
