@@ -30,11 +30,13 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from ray import serve
+from ray.serve.handle import DeploymentResponseGenerator
 from rich.console import Console
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from userrl.actors.policy_replica import PolicyReplica
 from userrl.config import ConfigError
+from userrl.engines.base import GenerationChunk, GenerationOutput
 from userrl.serving import protocol
 from userrl.serving.chat_engine import ChatEngine
 from userrl.serving.config import ServeConfig, load_serve_config
@@ -170,31 +172,58 @@ class Gateway:
             prepared = self.engine.prepare(body)
         except APIError as error:
             return _error(error)
-        output = await self._generate(prepared.request)
-        reply = self.engine.reply(prepared, output)
         prompt_tokens = len(prepared.request.prompt_ids)
         id_ = protocol.completion_id()
-        if not body.stream:
-            return JSONResponse(protocol.chat_completion(id_, self.model_name, reply.content, reply.tool_calls,
-                                                         reply.finish_reason, prompt_tokens, reply.completion_tokens))
-        usage = body.stream_options is not None and body.stream_options.include_usage
-        return StreamingResponse(self._stream(id_, reply, output.token_ids, prompt_tokens, usage),
-                                 media_type="text/event-stream")
+        if body.stream:
+            usage = body.stream_options is not None and body.stream_options.include_usage
+            tokens = self.model.options(stream=True).generate_stream.remote(prepared.request)
+            try:
+                # The first chunk is awaited here, so that a replica failing at once is a 500 as without
+                # streaming, not a stream that breaks off after its 200.
+                first = await tokens.__anext__()
+            except BaseException:
+                tokens.cancel()
+                raise
+            return StreamingResponse(self._stream(id_, prepared, first, tokens, prompt_tokens, usage),
+                                     media_type="text/event-stream")
+        output = await self._generate(prepared.request)
+        reply = self.engine.reply(prepared, output)
+        return JSONResponse(protocol.chat_completion(id_, self.model_name, reply.content, reply.tool_calls,
+                                                     reply.finish_reason, prompt_tokens, reply.completion_tokens))
 
-    async def _stream(self, id_: str, reply, token_ids: list[int], prompt_tokens: int,
-                      usage: bool) -> AsyncIterator[str]:
-        # The engines return whole completions, so the chunks follow generation rather than overlap it;
-        # the wire format is the OpenAI one (role chunk, content deltas, finish chunk, [DONE]).
+    async def _stream(self, id_: str, prepared, first: GenerationChunk, tokens: DeploymentResponseGenerator,
+                      prompt_tokens: int, usage: bool) -> AsyncIterator[str]:
+        # Content deltas leave as the replica samples tokens (OpenAI's wire format: role chunk, content
+        # deltas, tool_calls once the whole text is parsed, finish chunk, usage, [DONE]).
         created = int(time.time())
+        replies = self.engine.stream(prepared)
+        output = None
         yield _sse(protocol.chunk(id_, self.model_name, created, {"role": "assistant", "content": ""}))
+        try:
+            chunk: GenerationChunk | None = first
+            while chunk is not None:
+                delta = replies.push(chunk.token_ids)
+                if delta:
+                    yield _sse(protocol.chunk(id_, self.model_name, created, {"content": delta}))
+                output = chunk.output
+                if replies.stopped:  # a stop string: the replica may stop decoding this request
+                    break
+                chunk = await anext(tokens, None)
+        except Exception as error:  # noqa: BLE001 - the 200 is sent: the failure goes in the stream
+            log.exception("streamed generation failed")
+            yield _sse(APIError(500, f"the model failed while streaming ({type(error).__name__}); see the "
+                                "server log", type_="server_error", code="internal_error").body())
+            return
+        finally:
+            tokens.cancel()  # no-op once the replica's generator has finished; else its row stops
+        if output is None:  # ended by a stop string before the replica finished
+            output = GenerationOutput(replies.token_ids, [], "stop")
+        rest, reply = replies.finish(output)
+        if rest:
+            yield _sse(protocol.chunk(id_, self.model_name, created, {"content": rest}))
         if reply.tool_calls:
-            if reply.content:
-                yield _sse(protocol.chunk(id_, self.model_name, created, {"content": reply.content}))
             calls = [{"index": i, **call} for i, call in enumerate(reply.tool_calls)]
             yield _sse(protocol.chunk(id_, self.model_name, created, {"tool_calls": calls}))
-        else:
-            for piece in self.engine.text_deltas(token_ids, reply.text):
-                yield _sse(protocol.chunk(id_, self.model_name, created, {"content": piece}))
         yield _sse(protocol.chunk(id_, self.model_name, created, {}, reply.finish_reason))
         if usage:
             yield _sse(protocol.chunk(id_, self.model_name, created, {}, usage={

@@ -9,6 +9,7 @@ content` lines come back as `interact_with_env` tool calls.
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,7 +26,12 @@ from userrl.commands.export import USERRL_META, tool_chat_template
 from userrl.engines.base import GenerationOutput, GenerationRequest
 from userrl.serving.protocol import APIError, ChatCompletionRequest
 
-# The tool_call protocol's block, as userrl.chat parses it (an unclosed block at the end still counts).
+log = logging.getLogger(__name__)
+
+#: The choices whose `[choice]` lines a bracket model's calls begin with (userrl.chat.parse_bracket's).
+BRACKET_CHOICES = ("action", "answer", "search", "finish")
+#: The opening of a tool_call protocol block (userrl.chat.TOOL_BLOCK).
+TOOL_CALL_OPEN = "<tool_call>"
 
 
 def model_protocol(model_path: str, configured: str | None) -> str:
@@ -191,17 +197,80 @@ class ChatEngine:
         content = rest.strip() if calls else text
         return (content or None) if calls else content, tool_calls
 
-    def text_deltas(self, token_ids: list[int], final_text: str) -> list[str]:
-        """Per-token pieces of `final_text` (they concatenate to it exactly) for streaming."""
-        pieces, emitted = [], 0
-        for i in range(1, len(token_ids) + 1):
-            partial = self.tokenizer.decode(token_ids[:i], skip_special_tokens=True)
-            if partial.endswith("\ufffd"):  # an incomplete UTF-8 sequence: wait for the next token
-                continue
-            end = min(len(partial), len(final_text))
-            if end > emitted and final_text.startswith(partial[:end]):
-                pieces.append(final_text[emitted:end])
-                emitted = end
-        if emitted < len(final_text):
-            pieces.append(final_text[emitted:])
-        return pieces
+    def stream(self, prepared: Prepared) -> ReplyStream:
+        """A ReplyStream: content deltas of this request's reply while its tokens arrive."""
+        return ReplyStream(self, prepared)
+
+    def call_markers(self) -> list[str]:
+        """Texts that may begin a tool call in this model's protocol (content stops streaming there)."""
+        if self.protocol == "bracket":
+            return [f"[{choice}]" for choice in BRACKET_CHOICES]
+        return [TOOL_CALL_OPEN]
+
+
+def _held_suffix(text: str, patterns: list[str]) -> int:
+    """Length of the longest end of `text` that is a proper beginning of one of `patterns`."""
+    held = 0
+    for pattern in patterns:
+        for k in range(min(len(pattern) - 1, len(text)), held, -1):
+            if text.endswith(pattern[:k]):
+                held = k
+                break
+    return held
+
+
+class ReplyStream:
+    """Content deltas of one reply while its tokens arrive, each final: they concatenate exactly to the
+    content `ChatEngine.reply` gives for all the tokens (the non-streamed reply).
+
+    So text a later token could still change is held back until it cannot: an incomplete UTF-8
+    character; a possible beginning of a stop string; trailing whitespace where the tokenizer cleans up
+    spaces (" ." may become "." once the "." comes); and, when tools are in play, everything from a
+    possible tool-call marker on (the calls are parsed from the whole text at the end), trailing
+    whitespace, and a reply that begins with whitespace (content is stripped when it has calls, and
+    only then). A stop string found ends the stream (`stopped`): the rest need not be generated.
+    """
+
+    def __init__(self, engine: ChatEngine, prepared: Prepared):
+        self.engine, self.prepared = engine, prepared
+        self.token_ids: list[int] = []
+        self.sent = ""
+        self.stopped = False
+        self._markers = engine.call_markers() if prepared.tool_names else []
+        self._hold_space = bool(self._markers) or bool(getattr(engine.tokenizer, "clean_up_tokenization_spaces",
+                                                               False))
+
+    def push(self, token_ids: list[int]) -> str:
+        """Take newly sampled tokens; the content that is now final and not yet sent ('' if none)."""
+        self.token_ids.extend(token_ids)
+        if self.stopped:
+            return ""
+        text = self.engine.tokenizer.decode(self.token_ids, skip_special_tokens=True)
+        cuts = [text.index(s) for s in self.prepared.stop if s in text]
+        if cuts:
+            text, self.stopped = text[: min(cuts)], True
+        end = len(text.rstrip("\ufffd"))  # U+FFFD at the end: a character whose bytes are still coming
+        if not self.stopped:
+            end -= _held_suffix(text[:end], self.prepared.stop)
+        if self._markers:
+            if text[:1].isspace():
+                return ""
+            found = [i for i in (text.find(m) for m in self._markers) if i >= 0]
+            end = min([end, *found])
+            end -= _held_suffix(text[:end], self._markers)
+        final = text[:end].rstrip() if self._hold_space else text[:end]
+        if len(final) <= len(self.sent) or not final.startswith(self.sent):
+            return ""
+        delta, self.sent = final[len(self.sent):], final
+        return delta
+
+    def finish(self, output: GenerationOutput) -> tuple[str, Reply]:
+        """The reply of all the tokens and its content not yet sent."""
+        reply = self.engine.reply(self.prepared, output)
+        content = reply.content or ""
+        if not content.startswith(self.sent):
+            # Cannot happen for tokenizers whose decoding of a prefix is a prefix of the decoding; logged
+            # rather than raised, since the client already has the deltas.
+            log.warning("streamed content %r is not a prefix of the reply's content %r", self.sent, content)
+            return "", reply
+        return content[len(self.sent):], reply

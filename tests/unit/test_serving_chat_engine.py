@@ -65,14 +65,79 @@ def test_bracket_model_maps_lines_to_interact_with_env(tiny_model):
                                 tools=[{"type": "function", "function": {"name": "other"}}]))
 
 
+def _stream(engine: ChatEngine, prepared, output: GenerationOutput) -> tuple[list[str], int, object]:
+    """Push the tokens one at a time as a replica streams them: (deltas, tokens pushed before the first
+    delta, the final reply)."""
+    stream, pieces, first_at = engine.stream(prepared), [], None
+    for i, token in enumerate(output.token_ids):
+        piece = stream.push([token])
+        if piece:
+            pieces.append(piece)
+            first_at = i + 1 if first_at is None else first_at
+        if stream.stopped:
+            break
+    rest, reply = stream.finish(output)
+    return pieces + [rest] * bool(rest), first_at, reply
+
+
 def test_stop_strings_and_stream_deltas(engine):
     prepared = engine.prepare(_request([{"role": "user", "content": "hi"}], stop=["END"]))
     output = _output(engine, "Café ☕ déjà vu END trailing")
     reply = engine.reply(prepared, output)
     assert reply.content == "Café ☕ déjà vu " and reply.finish_reason == "stop"
-    pieces = engine.text_deltas(output.token_ids, reply.text)
+    pieces, first_at, streamed = _stream(engine, prepared, output)
     assert "".join(pieces) == reply.text and len(pieces) > 3
+    assert first_at <= 3  # the first delta leaves with the first tokens, not at the end
     assert all("\ufffd" not in p for p in pieces)
+    assert streamed.content == reply.content and streamed.finish_reason == "stop"
+    # The stop string ended the stream: the tokens after it were not needed.
+    stream = engine.stream(prepared)
+    for token in output.token_ids:
+        stream.push([token])
+        if stream.stopped:
+            break
+    assert stream.stopped and len(stream.token_ids) < len(output.token_ids) - 1
+
+
+@pytest.mark.parametrize("text", [
+    "Let me look.\n<tool_call>\n{\"name\": \"interact_with_env\", \"arguments\": {\"choice\": \"search\", "
+    "\"content\": \"a <b> [c]\"}}\n</tool_call>",
+    "<tool_call>\n{\"name\": \"interact_with_env\", \"arguments\": {\"choice\": \"answer\", \"content\": \"42\"}}"
+    "\n</tool_call>",
+    "  Leading space, then a call <tool_call>{\"name\": \"interact_with_env\", \"arguments\": {}}</tool_call> tail ",
+    "No call here, only a <tool_ tag and a <b>bold</b> word.  ",
+    "<tool_call>{oops</tool_call> broken JSON stays text",
+])
+def test_streamed_content_with_tools_equals_the_whole_reply(engine, text):
+    prepared = engine.prepare(_request([{"role": "user", "content": "hi"}], tools=[TOOL_SCHEMA]))
+    output = _output(engine, text)
+    whole = engine.reply(prepared, output)
+    pieces, _, streamed = _stream(engine, prepared, output)
+    assert "".join(pieces) == (whole.content or "")
+    assert streamed.tool_calls and whole.tool_calls or streamed.tool_calls == whole.tool_calls == []
+    assert [c["function"] for c in streamed.tool_calls] == [c["function"] for c in whole.tool_calls]
+    if "Let me look" in text:  # content before the call streams before the call is written
+        assert pieces[0] == "Let" and len(pieces) > 2
+
+
+def test_streamed_bracket_reply_holds_back_the_call(tiny_model):
+    engine = ChatEngine(tiny_model, protocol="bracket")
+    prepared = engine.prepare(_request([{"role": "user", "content": "go"}], tools=[TOOL_SCHEMA]))
+    for text in ("I think [so] too.\n[answer] 42", "Plain words [answer and more", "[search] capital of France"):
+        output = _output(engine, text)
+        whole = engine.reply(prepared, output)
+        pieces, _, streamed = _stream(engine, prepared, output)
+        assert "".join(pieces) == (whole.content or "") and streamed.tool_calls == whole.tool_calls or (
+            [c["function"] for c in streamed.tool_calls] == [c["function"] for c in whole.tool_calls])
+        assert not any("[answer]" in p or "[search]" in p for p in pieces)
+
+
+def test_bracket_choices_are_the_ones_the_parser_knows():
+    from userrl.chat import parse_bracket
+    from userrl.serving.chat_engine import BRACKET_CHOICES
+
+    assert [parse_bracket(f"[{c}] x").calls for c in BRACKET_CHOICES] == [[(c, "x")] for c in BRACKET_CHOICES]
+    assert parse_bracket("[other] x").calls == []
 
 
 def test_context_limit_is_a_400(engine):

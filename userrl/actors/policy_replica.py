@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import os
 import warnings
+from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
-from userrl.engines.base import GenerationOutput, GenerationRequest
+from userrl.engines.base import GenerationChunk, GenerationOutput, GenerationRequest
 
 #: The version a replica restarted by Ray reports until the current weights are loaded into it.
 AWAITING_WEIGHTS = -1
@@ -55,6 +57,10 @@ class PolicyReplica:
     busy as long as episodes keep submitting turns. An engine with its own scheduler (vllm: `submit`)
     gets every request at once instead: it joins the running batch (continuous batching, no barrier
     between batches). Runs as a Ray actor (`ray.remote(PolicyReplica)`) or in-process in tests.
+
+    `generate_stream` (Serve's streamed chat completions) yields a request's tokens while its batch is
+    still decoding when the engine is `incremental` (hf); streamed and whole requests share batches.
+    A caller that goes away (cancelled) ends its row at the next decoding step.
     """
 
     def __init__(self, model_path: str, engine: str = "hf", dtype: str = "float32", max_batch_size: int = 32,
@@ -78,7 +84,8 @@ class PolicyReplica:
         self.version = AWAITING_WEIGHTS if wait_for_weights_after_restart and restarted_by_ray() else 0
         self._weights_ready: asyncio.Event | None = None
         self.stats = {"requests": 0, "batches": 0, "generated_tokens": 0, "busy_s": 0.0}
-        self._pending: list[tuple[GenerationRequest, asyncio.Future]] = []
+        #: Waiting requests: (request, future of its output, queue its tokens go to as sampled or None).
+        self._pending: list[tuple[GenerationRequest, asyncio.Future, asyncio.Queue | None]] = []
         self._worker: asyncio.Task | None = None
         self._engine_lock: asyncio.Lock | None = None
 
@@ -94,39 +101,92 @@ class PolicyReplica:
         await self._ready().wait()
         if self._streaming:
             return await self._generate_streaming(request)
+        return await self._enqueue(request, None)
+
+    async def generate_stream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
+        """Yield the request's tokens as they are sampled; the last chunk carries the whole output.
+
+        Engines that are not `incremental` (vllm here) give one chunk with everything when done.
+        """
+        await self._ready().wait()
+        if self._streaming or not self.engine.incremental:
+            output = await self.generate(request)
+            yield GenerationChunk(list(output.token_ids), output)
+            return
+        tokens: asyncio.Queue = asyncio.Queue()
+        future = self._enqueue(request, tokens)
+        getter: asyncio.Future | None = None
+        sent = 0
+        try:
+            while True:
+                getter = asyncio.ensure_future(tokens.get())
+                await asyncio.wait({getter, future}, return_when=asyncio.FIRST_COMPLETED)
+                if not getter.done():
+                    break
+                new = [getter.result()]
+                while not tokens.empty():  # whatever else arrived meanwhile leaves in the same chunk
+                    new.append(tokens.get_nowait())
+                sent += len(new)
+                yield GenerationChunk(new)
+            # The output is the record: tokens still queued when it resolved are taken from it.
+            output = future.result()
+            yield GenerationChunk(list(output.token_ids[sent:]), output)
+        finally:
+            if getter is not None:
+                getter.cancel()
+            future.cancel()  # when the caller went away: its row stops at the next decoding step
+
+    def _enqueue(self, request: GenerationRequest, tokens: asyncio.Queue | None) -> asyncio.Future:
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        self._pending.append((request, future))
+        self._pending.append((request, future, tokens))
         if self._worker is None or self._worker.done():
             self._worker = loop.create_task(self._drain())
-        return await future
+        return future
 
     async def _drain(self) -> None:
         loop = asyncio.get_running_loop()
         while self._pending:
             await asyncio.sleep(self.batch_wait_s)  # let near-simultaneous requests join the batch
             # A caller cancelled while waiting (a rollout stopped early) needs no tokens.
-            self._pending = [(r, f) for r, f in self._pending if not f.done()]
+            self._pending = [entry for entry in self._pending if not entry[1].done()]
             batch, self._pending = self._pending[: self.max_batch_size], self._pending[self.max_batch_size:]
             if not batch:
                 continue
+            generate: Any = self.engine.generate
+            if self.engine.incremental:
+                generate = partial(generate, on_token=self._token_sink(loop, batch))
             async with self._lock():
                 start = loop.time()
                 try:
-                    outputs = await loop.run_in_executor(None, self.engine.generate, [r for r, _ in batch])
+                    outputs = await loop.run_in_executor(None, generate, [entry[0] for entry in batch])
                 except Exception as error:  # noqa: BLE001 - hand the failure to every waiting caller
-                    for _, future in batch:
+                    for _, future, _ in batch:
                         if not future.done():
                             future.set_exception(error)
                     continue
                 self.stats["busy_s"] += loop.time() - start
             self.stats["batches"] += 1
             self.stats["requests"] += len(batch)
-            for (_, future), output in zip(batch, outputs, strict=True):
+            for (_, future, _), output in zip(batch, outputs, strict=True):
                 output.policy_version = self.version
                 self.stats["generated_tokens"] += len(output.token_ids)
                 if not future.done():
                     future.set_result(output)
+
+    @staticmethod
+    def _token_sink(loop: asyncio.AbstractEventLoop, batch: list) -> Any:
+        """The engine's `on_token` for a batch: runs on the decoding thread, so it only reads future
+        state and hands tokens to the event loop; a row whose caller has gone is stopped."""
+        def on_token(row: int, token: int) -> bool:
+            _, future, tokens = batch[row]
+            if future.done():
+                return False
+            if tokens is not None:
+                loop.call_soon_threadsafe(tokens.put_nowait, token)
+            return True
+
+        return on_token
 
     def _events(self) -> tuple[asyncio.Event, asyncio.Event]:
         if self._accepting is None or self._idle is None:
@@ -169,7 +229,7 @@ class PolicyReplica:
         try:
             await idle.wait()
             async with self._lock():
-                await asyncio.get_running_loop().run_in_executor(None, self.engine.load_state_dict, state_dict)
+                result = await asyncio.get_running_loop().run_in_executor(None, load)
                 self.version = version
         finally:
             accepting.set()

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import concurrent.futures
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
+
+#: Called by an incremental engine with (row in the batch, sampled token id) as each token is sampled;
+#: returning False ends that row at once (its caller has gone), True or None lets it go on.
+OnToken = Callable[[int, int], "bool | None"]
 
 
 @dataclass
@@ -31,17 +36,29 @@ class GenerationOutput:
     policy_version: int = 0
 
 
+@dataclass
+class GenerationChunk:
+    """Part of a streamed generation: tokens sampled since the previous chunk; the last chunk has `output`."""
+
+    token_ids: list[int]
+    output: GenerationOutput | None = None
+
+
 class Engine:
     """What a PolicyReplica needs from an engine; optional abilities are declared, with no-op defaults.
 
     `streaming`: the engine schedules requests itself (`submit` one at a time, continuous batching);
-    otherwise the replica batches requests and calls `generate`.
+    otherwise the replica batches requests and calls `generate`. `incremental`: `generate` reports each
+    token as it is sampled (`on_token`).
     """
 
     streaming: ClassVar[bool] = False
+    #: `generate` takes `on_token` and calls it for every token as it is sampled, so that the replica can
+    #: stream tokens out while the batch is still decoding; otherwise tokens leave with the whole output.
+    incremental: ClassVar[bool] = False
 
-    def generate(self, requests: list[GenerationRequest]) -> list[GenerationOutput]:
-        """Generate for a batch of requests."""
+    def generate(self, requests: list[GenerationRequest], on_token: OnToken | None = None) -> list[GenerationOutput]:
+        """Generate for a batch of requests (`on_token`: incremental engines only)."""
         raise NotImplementedError
 
     def submit(self, request: GenerationRequest) -> concurrent.futures.Future:

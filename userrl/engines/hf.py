@@ -1,8 +1,16 @@
 """transformers engine: batched sampling from token ids with a KV cache, on any device.
 
-A hand-written decode loop rather than `generate`, for two reasons: every request samples from its
-own seeded generator (rollouts are reproducible whatever the batch composition), and the logprob of
-each sampled token under the sampling distribution comes out directly.
+A hand-written decode loop rather than `generate`, for three reasons: every request samples from its
+own seeded generator (rollouts are reproducible whatever the batch composition), the logprob of each
+sampled token under the sampling distribution comes out directly, and each step's tokens can be handed
+out as they are sampled (`on_token`), which is how Serve streams.
+
+Streaming is a callback of the same batched loop, not transformers' `TextIteratorStreamer` on a thread
+per request: the streamer serves one `generate` call of one sequence, so concurrent streamed requests
+would each decode alone (or one batch would need one streamer per row, which it does not support),
+while here streamed and non-streamed requests that arrive together still decode as one batch, sampled
+exactly as without streaming. The cost: a request that arrives while a batch decodes waits for that
+batch to finish before its first token (no continuous batching in this engine; the vllm engine has it).
 """
 
 from __future__ import annotations
@@ -12,7 +20,7 @@ from collections import OrderedDict
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 
-from userrl.engines.base import Engine, GenerationOutput, GenerationRequest
+from userrl.engines.base import Engine, GenerationOutput, GenerationRequest, OnToken
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -26,7 +34,9 @@ def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 
 
 class HFEngine(Engine):
-    """Batched generation with a transformers causal LM."""
+    """Batched generation with a transformers causal LM, reporting each token as it is sampled."""
+
+    incremental = True
 
     def __init__(self, model_path: str, dtype: str = "float32", device: str = "cpu", pad_token_id: int = 0,
                  prefix_cache_size: int = 256):
@@ -69,8 +79,12 @@ class HFEngine(Engine):
             self._prefix.popitem(last=False)
 
     @torch.inference_mode()
-    def generate(self, requests: list[GenerationRequest]) -> list[GenerationOutput]:
+    def generate(self, requests: list[GenerationRequest], on_token: OnToken | None = None) -> list[GenerationOutput]:
         """Sample continuations for a batch of requests: left-padded rows sharing one KV cache.
+
+        `on_token(row, token_id)` is called for every token right after it is sampled, before the next
+        decoding step; when it returns False that row ends there (finish_reason "length", its caller
+        has gone) and the others go on.
 
         A request with a `cache_key` reuses the KV of the same key's previous request when its tokens
         are a prefix of the new prompt (the next turn of an episode), so only the new tokens are
@@ -128,6 +142,8 @@ class HFEngine(Engine):
                     outputs[row].finish_reason = "stop"
                     done[row] = True
                 elif step + 1 >= request.max_new_tokens:
+                    done[row] = True
+                if on_token is not None and on_token(row, token) is False:
                     done[row] = True
             step_ids = next_ids.unsqueeze(-1).to(self.device)
             attention = torch.cat([attention, torch.ones((batch, 1), dtype=torch.long, device=self.device)], -1)
