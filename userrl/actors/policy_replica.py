@@ -229,7 +229,7 @@ class PolicyReplica:
         try:
             await idle.wait()
             async with self._lock():
-                result = await asyncio.get_running_loop().run_in_executor(None, load)
+                await asyncio.get_running_loop().run_in_executor(None, self.engine.load_state_dict, state_dict)
                 self.version = version
         finally:
             accepting.set()
