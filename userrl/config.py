@@ -141,6 +141,9 @@ class VLLMSettings(BaseModel):
     sleep_mode: bool | None = Field(None, description="GPU: free device memory during the update.")
     enforce_eager: bool | None = Field(None, description="No CUDA graphs / torch.compile (faster start).")
     seed: int | None = Field(None, description="The engine's seed.")
+    weight_sync: Literal["group", "object_store"] | None = Field(
+        None, description="group: learner rank 0 broadcasts new weights into the vLLM workers through a "
+        "torch.distributed group (gloo on CPU, NCCL on GPU); object_store: through Ray's object store.")
 
 
 class PolicyConfig(_Section):
@@ -154,7 +157,10 @@ class PolicyConfig(_Section):
         description="vllm engine settings: kv_cache_gib (CPU KV cache; null = room for max_batch_size sequences "
         "of max_model_len tokens, at most 2.0), gpu_memory_utilization (GPU, 0.5), enable_prefix_caching (true), "
         "sessions (true: an episode's turns continue one vLLM request, KV kept), sleep_mode (GPU, false), "
-        "enforce_eager (false), seed (0); any other vLLM engine argument passes through. dtype, max_model_len "
+        "enforce_eager (false), seed (0), weight_sync (group: learner rank 0 broadcasts new weights into the vLLM "
+        "workers through a torch.distributed group, gloo on CPU and NCCL on GPU, falling back to the object store "
+        "for a replica that cannot join; object_store: always through Ray's object store); any other vLLM engine "
+        "argument passes through. dtype, max_model_len "
         "and max_batch_size come from this section.",
     )
     @field_validator("vllm")

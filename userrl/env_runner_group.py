@@ -25,6 +25,14 @@ from userrl.config import UserRLConfig
 from userrl.models import resolve_model
 from userrl.rollout import RolloutLimits, abort_trajectory, new_trajectory
 from userrl.trajectory import Trajectory
+from userrl.weight_sync import (
+    DEFAULT_BUCKET_BYTES,
+    GROUP_TIMEOUT_S,
+    GatheredWeights,
+    GroupSender,
+    backend_for,
+    pack_buckets,
+)
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +120,16 @@ class EnvRunnerGroup:
                                       user_replicas=self.user_replicas, user_tokenizer_path=user_path)
                         for _ in range(er.num_env_runners)]
         self.version = 0  # of the weights the replicas serve; set by sync_weights
-        self._weights: Any = None  # object ref of the last weights sent, for replicas that restart
+        # The last weights sent, for replicas that restart: an object ref, or (after a sync through the
+        # group) the tensors themselves, put into the object store only when a replica needs them.
+        self._weights: Any = None
+        self._sender: GroupSender | None = None  # the weight-sync group, formed at the first sync
+        self._members: dict[int, int] = {}  # replica index -> its workers' first rank in the group
+        self._group_refused = pc.vllm.get("weight_sync", "group") != "group"  # or: could not be formed
+        self.bucket_bytes = DEFAULT_BUCKET_BYTES
+        #: How each replica got the last weights ("group" or "object_store"), and that sync's seconds per phase.
+        self.sync_paths: dict[int, str] = {}
+        self.last_sync: dict[str, float] = {}
         self._load = [0] * len(self.runners)
         self._down: set[int] = set()
         self._checked = self._runners_checked = 0.0
@@ -195,15 +212,63 @@ class EnvRunnerGroup:
         if self._weights is None:  # never synced: the model folder it loaded holds the current weights
             ray.get(replica.set_version.remote(self.version))
         else:
+            if isinstance(self._weights, dict):
+                self._weights = ray.put(self._weights)
             ray.get(replica.load_weights.remote(self._weights, self.version))
+        self._close_group()  # the restarted replica is a new process: the group is formed anew with it
 
     # ------------------------------------------------------------------------------------------ weights
 
-    def sync_weights(self, state_dict: dict, version: int) -> float:
-        """Send new weights to every replica (through the object store); returns seconds."""
+    def sync_weights(self, weights: dict | GatheredWeights, version: int) -> float:
+        """Send new weights to every replica; returns seconds.
+
+        Replicas whose engine joined the weight-sync group (vllm, `policy.vllm.weight_sync=group`) get a
+        broadcast from this process; the others (hf engine, a group that could not be formed or lost a
+        member) get them through the object store. `weights`: a full state dict, or a learner's
+        `gathered_weights()` (then every learner rank iterates it meanwhile).
+        """
         start = time.perf_counter()
-        self._weights, self.version = ray.put(state_dict), version
-        pending = list(range(len(self.replicas)))
+        if isinstance(weights, dict):
+            weights = GatheredWeights.from_state_dict(weights)
+        self.version = version
+        members = self._group_members(weights.device)
+        group_ok = False
+        if members:
+            receiving = {i: self.replicas[i].receive_weights.remote(weights.metadata, self.bucket_bytes, version)
+                         for i in members}
+            sent = self._sender.send(weights, self.bucket_bytes)
+            error = sent.error
+            engine: list[dict[str, float]] = []
+            if error is None:
+                try:
+                    engine = ray.get(list(receiving.values()), timeout=GROUP_TIMEOUT_S)
+                    group_ok = True
+                except (ray.exceptions.RayError, RuntimeError) as failure:
+                    error = failure
+            if error is not None:
+                log.warning("weight sync through the group failed (%s); this sync goes through the object store, "
+                            "the group is formed anew at the next one", error)
+                self._close_group()
+            self.last_sync = {**sent.timings, **{key: max(e[key] for e in engine) for key in engine[0]}} if (
+                engine) else dict(sent.timings)
+        else:
+            sent = pack_buckets(weights, self.bucket_bytes)
+            self.last_sync = dict(sent.timings)
+        fallback = [i for i in range(len(self.replicas)) if not (group_ok and i in members)]
+        self.sync_paths = {i: "object_store" if i in fallback else "group" for i in range(len(self.replicas))}
+        if fallback:
+            tick = time.perf_counter()
+            # Fresh tensors, not views of the buckets: the object store would copy each view's whole bucket.
+            self._weights = ray.put({name: tensor.clone() for name, tensor in sent.tensors.items()})
+            self._load_through_object_store(fallback, version)
+            self.last_sync["object_store_s"] = time.perf_counter() - tick
+        else:
+            self._weights = sent.tensors
+        self.last_sync["total_s"] = time.perf_counter() - start
+        return self.last_sync["total_s"]
+
+    def _load_through_object_store(self, indices: list[int], version: int) -> None:
+        pending = list(indices)
         deadline, restarted = time.monotonic() + REPLICA_WAIT_S, set()
         while pending:
             refs = [self.replicas[i].load_weights.remote(self._weights, version) for i in pending]
@@ -219,8 +284,51 @@ class EnvRunnerGroup:
             if failed:
                 time.sleep(1.0)
             pending = failed
+        if restarted:
+            self._close_group()
         self.counters["replica_restarts"] += len(restarted)
-        return time.perf_counter() - start
+
+    def _group_members(self, device: Any) -> dict[int, int]:
+        """The replicas in the weight-sync group (forming it at the first sync); empty when none can join."""
+        if self._sender is not None or self._group_refused:
+            return self._members
+        backend = backend_for(device)
+        sizes = ray.get([replica.weight_group_size.remote(backend) for replica in self.replicas], timeout=120)
+        members, world_size = {}, 1  # rank 0 is this process
+        for index, size in enumerate(sizes):
+            if size:
+                members[index], world_size = world_size, world_size + size
+        for index in range(len(self.replicas)):
+            log.info("weight sync: policy replica %d %s", index,
+                     f"joins the {backend} group" if index in members else
+                     "uses the object store (its engine cannot join a group: hf, or policy.vllm.weight_sync)")
+        if not members:
+            self._group_refused = True
+            return {}
+        sender = GroupSender(ray.util.get_node_ip_address(), backend, device)
+        joins = [self.replicas[i].join_weight_group.remote(sender.host, sender.port, sender.name, offset, world_size,
+                                                           backend, GROUP_TIMEOUT_S) for i, offset in members.items()]
+        try:
+            sender.connect(world_size)
+            ray.get(joins, timeout=GROUP_TIMEOUT_S)
+        except (ray.exceptions.RayError, RuntimeError) as error:
+            log.warning("weight sync: the %s group could not be formed (%s); every replica uses the object store",
+                        backend, error)
+            self._group_refused = True
+            for index in members:
+                self.replicas[index].leave_weight_group.remote()
+            return {}
+        self._sender, self._members = sender, members
+        return members
+
+    def _close_group(self) -> None:
+        """Give up the weight-sync group (a member was lost); the next sync forms a new one."""
+        if self._sender is None:
+            return
+        for index in self._members:
+            self.replicas[index].leave_weight_group.remote()  # fire and forget: a dead one has nothing to leave
+        self._sender.close()
+        self._sender, self._members = None, {}
 
     def sleep_replicas(self) -> float:
         """Free the replicas' device memory for the update (vllm sleep mode; a no-op elsewhere); returns seconds."""

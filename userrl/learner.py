@@ -26,6 +26,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
 
 from userrl.algorithms import (
@@ -48,6 +49,7 @@ from userrl.algorithms.loss import aggregation_count
 from userrl.batch import TensorBatch, collate, plan_micro_batches
 from userrl.config import UserRLConfig
 from userrl.trajectory import Trajectory
+from userrl.weight_sync import GatheredWeights, tensor_metadata
 
 #: The files a critic adds to a checkpoint folder: its weights (a Hugging Face token-classification folder
 #: with one label, the value head) and its optimizer state.
@@ -471,6 +473,26 @@ class Learner:
         """Gather the full (unsharded) weights on rank 0; every rank must call this."""
         state = get_model_state_dict(self.model, options=_FULL)
         return state if self.rank == 0 else None
+
+    def gathered_weights(self) -> GatheredWeights:
+        """The policy's full weights, one tensor at a time (collective: every rank iterates to the end).
+
+        Each tensor is all-gathered from its FSDP2 shards when it is reached, on the learner's device (so
+        NCCL can broadcast it from the GPU), and the whole model is never held at once. Tied weights are
+        sent once (the engine re-ties its head).
+        """
+        sharded = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=False))
+        # A tied parameter is listed once by named_parameters (the same on every rank), twice in the state dict.
+        own = {name for name, _ in self.model.named_parameters()} | {name for name, _ in self.model.named_buffers()}
+        names = [name for name in sharded if name in own]
+
+        def tensors():
+            for name in names:
+                tensor = sharded[name]
+                full = tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+                yield name, full.detach()
+
+        return GatheredWeights(tensor_metadata((n, sharded[n]) for n in names), tensors(), self.device)
 
     def save_checkpoint(self, path: Path, meta: dict[str, Any], tokenizer: Any) -> None:
         """Write model (HF folder), optimizer, RNG states and metadata atomically (collective)."""

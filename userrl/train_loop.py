@@ -144,6 +144,17 @@ def _sft_phase(config: UserRLConfig, learner: Learner, coordinator: RolloutCoord
     learner.make_optimizer(config.training.lr)
 
 
+def sync_weights(learner: Learner, coordinator: RolloutCoordinator | None, version: int) -> None:
+    """Push the learner's weights to the replicas as `version` (collective: every rank takes part in the
+    gather, rank 0 sends; through the weight-sync group or the object store, see EnvRunnerGroup)."""
+    weights = learner.gathered_weights()
+    if learner.rank == 0:
+        coordinator.group.sync_weights(weights, version)
+    else:
+        for _ in weights.tensors:  # this rank's part of each tensor's all-gather
+            pass
+
+
 def policy_lag(trajectories: list[Trajectory], version: int) -> float:
     """Learner version minus the oldest version that generated a turn of the batch (0 when on-policy)."""
     played = [t.policy_version for t in trajectories if t.turns]
@@ -199,9 +210,7 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
                                                                  "config": config.model_dump(mode="json")},
                                     tokenizer)
     if sync_needed:
-        state = learner.full_state_dict()
-        if rank0:
-            coordinator.group.sync_weights(state, version)
+        sync_weights(learner, coordinator, version)
 
     ev = config.evaluation
     if ev.interval and start == 0:  # the starting point (after any warm start), for the learning curve
@@ -271,12 +280,9 @@ def _update_and_report(config: UserRLConfig, learner: Learner, coordinator: Roll
     if sleeping and rank0:
         result["time/replica_sleep_s"] += coordinator.group.wake_replicas()
     tick = time.perf_counter()
-    state = learner.full_state_dict()
     version += 1
-    if rank0:
-        coordinator.group.sync_weights(state, version)
+    sync_weights(learner, coordinator, version)
     result["time/weight_sync_s"] = time.perf_counter() - tick
-    del state
 
     done = iteration + 1
     every = config.checkpointing.every

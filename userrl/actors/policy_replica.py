@@ -222,19 +222,41 @@ class PolicyReplica:
             self._engine_lock = asyncio.Lock()
         return self._engine_lock
 
-    async def load_weights(self, state_dict: dict, version: int) -> int:
-        """Swap in new weights between batches and take the new policy version."""
+    async def _swap_weights(self, load: Any, version: int) -> Any:
+        """Run `load` (blocking, on a thread) between batches, then take the new policy version."""
         accepting, idle = self._events()
         accepting.clear()  # streaming engines: requests already running finish on the old weights
         try:
             await idle.wait()
             async with self._lock():
-                await asyncio.get_running_loop().run_in_executor(None, self.engine.load_state_dict, state_dict)
+                result = await asyncio.get_running_loop().run_in_executor(None, load)
                 self.version = version
         finally:
             accepting.set()
         self._ready().set()
+        return result
+
+    async def load_weights(self, state_dict: dict, version: int) -> int:
+        """Swap in new weights (a state dict, through the object store) and take the new policy version."""
+        await self._swap_weights(partial(self.engine.load_state_dict, state_dict), version)
         return self.version
+
+    def weight_group_size(self, backend: str) -> int:
+        """Members this replica's engine adds to a weight-sync group on `backend`; 0 = object store only."""
+        return self.engine.weight_group_size(backend)
+
+    def join_weight_group(self, host: str, port: int, name: str, rank_offset: int, world_size: int,
+                          backend: str, timeout_s: float) -> list[int]:
+        """Join learner rank 0's weight-sync group (blocks until every member has)."""
+        return self.engine.join_weight_group(host, port, name, rank_offset, world_size, backend, timeout_s)
+
+    def leave_weight_group(self) -> None:
+        """Forget the weight-sync group (it is formed anew after a member was lost)."""
+        self.engine.leave_weight_group()
+
+    async def receive_weights(self, metadata: list, bucket_bytes: int, version: int) -> dict[str, float]:
+        """Swap in the weights learner rank 0 broadcasts in the group; returns the engine's seconds per phase."""
+        return await self._swap_weights(partial(self.engine.receive_weights, metadata, bucket_bytes), version)
 
     def set_version(self, version: int) -> int:
         """Serve again after a restart when the weights loaded from the model folder are the current ones."""

@@ -86,3 +86,22 @@ class Engine:
     def counters(self) -> dict[str, float]:
         """Engine counters to merge into the replica's."""
         return {}
+
+    # Weight sync through a process group with learner rank 0 (userrl/weight_sync.py); an engine that
+    # cannot join (size 0) gets its weights through `load_state_dict` (the object store) instead.
+
+    def weight_group_size(self, backend: str) -> int:
+        """Members this engine adds to a weight-sync group on `backend` (gloo/nccl); 0 = it cannot join."""
+        return 0
+
+    def join_weight_group(self, host: str, port: int, name: str, rank_offset: int, world_size: int,
+                          backend: str, timeout_s: float) -> list[int]:
+        """Join learner rank 0's weight-sync group (blocks until every member has); returns the group ranks."""
+        raise NotImplementedError(f"{type(self).__name__} cannot join a weight-sync group")
+
+    def leave_weight_group(self) -> None:
+        """Forget the weight-sync group."""
+
+    def receive_weights(self, metadata: list, bucket_bytes: int) -> dict[str, float]:
+        """Load the weights learner rank 0 now broadcasts in the group, in place; returns seconds per phase."""
+        raise NotImplementedError(f"{type(self).__name__} cannot join a weight-sync group")

@@ -28,7 +28,9 @@ import concurrent.futures
 import os
 import tempfile
 import threading
+import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,7 +51,14 @@ DEFAULTS: dict[str, Any] = {
     "sleep_mode": False,  # GPU: allow sleep()/wake_up() to free device memory for a colocated learner
     "sessions": True,  # an episode's turns continue one streaming-input request (KV kept between turns)
     "seed": 0,
+    # How new weights arrive: "group" = a torch.distributed broadcast from learner rank 0 into the vLLM
+    # workers (gloo on CPU, NCCL on GPU), the object store for replicas that cannot join; "object_store" =
+    # always through Ray's object store and a safetensors file in shared memory.
+    "weight_sync": "group",
 }
+
+#: The values of `policy.vllm.weight_sync`.
+WEIGHT_SYNC_MODES = ("group", "object_store")
 
 
 #: Cap of the automatic CPU KV cache. The rollout benchmark (32 episodes, up to 2048 tokens, float32) needs
@@ -71,16 +80,28 @@ def cpu_kv_cache_bytes(model_config: Any, dtype: str, max_num_seqs: int, max_mod
 
 
 class WeightLoader:
-    """Methods added to every vLLM worker (it is mixed into the worker class by name)."""
+    """Methods added to every vLLM worker (it is mixed into the worker class by name).
+
+    Two ways in for new weights: a safetensors file (`userrl_load_safetensors`, the object-store path) and
+    a broadcast from learner rank 0 through a process group the worker joined (`userrl_join_weight_group`,
+    `userrl_receive_weights`). Both end in vLLM's in-place `reload_weights` and the tied-head fix.
+    """
 
     def userrl_load_safetensors(self, path: str) -> int:
         """Load a safetensors file into the running model in place; returns the number of tensors."""
         from safetensors.torch import load_file
 
         weights = load_file(path, device="cpu")
-        self.reload_weights(weights_iterator=iter(weights.items()))  # vLLM Worker.reload_weights
+        self._userrl_reload(iter(weights.items()))
+        return len(weights)
+
+    def _userrl_reload(self, weights: Iterator[tuple[str, Any]]) -> None:
+        tied = getattr(self.model_runner.model_config.hf_config, "tie_word_embeddings", False)
+        if tied:  # the embedding is the head: a head sent along (a plain state dict has one) is not loaded
+            weights = ((name, tensor) for name, tensor in weights if name != "lm_head.weight")
+        self.reload_weights(weights_iterator=weights)  # vLLM Worker.reload_weights
         model = self.model_runner.model
-        if getattr(self.model_runner.model_config.hf_config, "tie_word_embeddings", False):
+        if tied:
             # The checkpoint has no head of its own, so the reload restores the old head; re-tie it to
             # the new embedding and redo its processing (on CPU the head GEMM keeps a packed copy).
             head, embed = model.lm_head, model.model.embed_tokens
@@ -88,7 +109,41 @@ class WeightLoader:
             process = getattr(head.quant_method, "process_weights_after_loading", None)
             if process is not None:
                 process(head)
-        return len(weights)
+
+    def userrl_weight_group_rank(self) -> int:
+        """This worker's rank among the engine's workers (its place in a weight-sync group)."""
+        return int(self.rank)
+
+    def userrl_join_weight_group(self, host: str, port: int, name: str, rank_offset: int, world_size: int,
+                                 backend: str, timeout_s: float) -> int:
+        """Join learner rank 0's weight-sync group (blocks until every member has); returns the group rank."""
+        from userrl.weight_sync import join_group
+
+        self.userrl_leave_weight_group()
+        rank = rank_offset + int(self.rank)
+        self._userrl_group = join_group(host, port, name, rank, world_size, backend, timeout_s)
+        return rank
+
+    def userrl_leave_weight_group(self) -> None:
+        """Forget the weight-sync group (a new one is formed after a member was lost)."""
+        self._userrl_group = None
+
+    def userrl_receive_weights(self, metadata: list, bucket_bytes: int) -> dict[str, float]:
+        """Receive the broadcast weights bucket by bucket and load them in place; returns counts and seconds."""
+        from userrl.weight_sync import receive_buckets
+
+        group = getattr(self, "_userrl_group", None)  # set by userrl_join_weight_group on this worker
+        if group is None:
+            raise RuntimeError("this vLLM worker is in no weight-sync group (userrl_join_weight_group first)")
+        device = next(self.model_runner.model.parameters()).device
+        timings: dict[str, float] = {"receive_s": 0.0}
+        metadata = [(name, tuple(shape), dtype) for name, shape, dtype in metadata]
+        start = time.perf_counter()
+        self._userrl_reload(receive_buckets(group, metadata, bucket_bytes, device, timings))
+        total = time.perf_counter() - start
+        # The reload pulls buckets as it goes: what it did not spend waiting for them is load and repack.
+        return {"tensors": float(len(metadata)), "receive_s": timings["receive_s"],
+                "load_s": total - timings["receive_s"]}
 
 
 @dataclass
@@ -126,6 +181,9 @@ class VLLMEngine(Engine):
         self.on_gpu = torch.cuda.is_available()
         self.sleep_mode = bool(settings.pop("sleep_mode")) and self.on_gpu  # sleep is a no-op on CPU
         self.sessions = bool(settings.pop("sessions"))
+        self.weight_sync = settings.pop("weight_sync")
+        if self.weight_sync not in WEIGHT_SYNC_MODES:
+            raise ValueError(f"policy.vllm.weight_sync={self.weight_sync!r} is unknown; use one of {WEIGHT_SYNC_MODES}")
         self._sessions: dict[str, _Session] = {}  # used on the engine's loop thread only
         kv_cache_gib = settings.pop("kv_cache_gib")
         gpu_memory_utilization = settings.pop("gpu_memory_utilization")
@@ -341,6 +399,39 @@ class VLLMEngine(Engine):
             raise RuntimeError(f"vLLM workers loaded {loaded} tensors, expected {len(tensors)}")
         # KV blocks cached for prefix reuse were computed with the old weights.
         self._call(self._engine.reset_prefix_cache())
+
+    # ------------------------------------------------------------------ weight-sync group
+
+    def weight_group_size(self, backend: str) -> int:
+        """The vLLM workers this engine adds to a weight-sync group on `backend`; 0 when it cannot join
+        (policy.vllm.weight_sync=object_store, or NCCL asked of a CPU engine and gloo of a GPU one)."""
+        if self.weight_sync != "group" or backend != ("nccl" if self.on_gpu else "gloo"):
+            return 0
+        return len(self._call(self._engine.collective_rpc("userrl_weight_group_rank")))
+
+    def join_weight_group(self, host: str, port: int, name: str, rank_offset: int, world_size: int,
+                          backend: str, timeout_s: float) -> list[int]:
+        """Every worker joins learner rank 0's group (ranks from `rank_offset`); returns their group ranks."""
+        return self._call(self._engine.collective_rpc(
+            "userrl_join_weight_group", args=(host, port, name, rank_offset, world_size, backend, timeout_s)))
+
+    def leave_weight_group(self) -> None:
+        """Every worker forgets its weight-sync group."""
+        self._call(self._engine.collective_rpc("userrl_leave_weight_group"))
+
+    def receive_weights(self, metadata: list, bucket_bytes: int) -> dict[str, float]:
+        """Take the weights learner rank 0 now broadcasts, in place; returns the slowest worker's seconds."""
+        tick = time.perf_counter()
+        self._call(self._end_all_sessions())  # their KV was computed with the old weights
+        sessions_s = time.perf_counter() - tick
+        per_worker = self._call(self._engine.collective_rpc("userrl_receive_weights", args=(metadata, bucket_bytes)))
+        if not per_worker or min(w["tensors"] for w in per_worker) != len(metadata):
+            raise RuntimeError(f"vLLM workers received {per_worker}, expected {len(metadata)} tensors each")
+        tick = time.perf_counter()
+        self._call(self._engine.reset_prefix_cache())  # cached blocks were computed with the old weights
+        slowest = max(per_worker, key=lambda w: w["receive_s"] + w["load_s"])
+        return {"receive_s": slowest["receive_s"], "load_s": slowest["load_s"], "sessions_s": sessions_s,
+                "cache_reset_s": time.perf_counter() - tick}
 
     def sleep(self, level: int = 1) -> bool:
         """Free device memory (weights offloaded, KV cache dropped) for a colocated learner; GPU only."""

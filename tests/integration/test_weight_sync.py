@@ -1,0 +1,148 @@
+"""Weight sync from a learner into the replicas: through the process group (vllm) or the object store (hf).
+
+Real parts only: an EnvRunnerGroup with its PolicyReplica actors, a Learner in this process (a one-member
+gloo group, FSDP2-sharded), `Learner.gathered_weights()` sent by `EnvRunnerGroup.sync_weights`. After a
+sync the replica must be the learner: its greedy tokens are the learner's argmax at every position, and
+the logprob it reports for each sampled token is the learner's (float32 on both sides; the engine
+parity tests measured gaps of 1e-5 at most, so 2e-3 still catches stale or half-loaded weights, which
+are off by more than 0.01).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from userrl.algorithm import GRPOMultiTurnConfig
+from userrl.engines.base import GenerationRequest
+
+pytestmark = pytest.mark.slow
+
+LOGPROB_TOL = 2e-3
+PROMPTS = ["What is the capital of France?", "List three prime numbers.", "Say hello in Spanish."]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def one_process_group():
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    yield
+
+
+def _config(model: str, engine: str, vllm: dict | None = None):
+    return (GRPOMultiTurnConfig()
+            .experiment(name="weight-sync", seed=0)
+            .environment(gyms=[{"name": "function", "difficulty": [0]}], protocol="bracket", max_turns=2, max_steps=2)
+            .policy(model=model, engine=engine, dtype="float32", max_new_tokens=16, max_model_len=512,
+                    max_batch_size=4, num_cpus_per_replica=1, vllm=vllm or {})
+            .env_runners(num_env_runners=1, num_cpus_per_env_runner=0.25)
+            .learners(num_learners=1, precision="float32")
+            .to_config())
+
+
+def _perturb(learner, seed: int) -> None:
+    """Move the learner's matrices away from what the replica holds (in place, on the local shards)."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in learner.model.parameters():
+            local = parameter.to_local()
+            if local.dim() == 2:
+                local.add_(0.2 * local.std() * torch.randn(local.shape, generator=generator))
+
+
+def _prompts(model_path: str) -> list[list[int]]:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    return [list(tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
+                                               tokenize=True, return_dict=False)) for p in PROMPTS]
+
+
+def _learner_logprobs(learner, prompt: list[int], tokens: list[int]) -> tuple[list[int], list[float]]:
+    """The learner's argmax and log-probability at each generated position of prompt + tokens."""
+    ids = torch.tensor([prompt + tokens])
+    with torch.no_grad():
+        logits = learner.model(input_ids=ids).logits[0, len(prompt) - 1: -1].float()
+    learner.model.reshard()  # the root module keeps its parameters gathered after a forward
+    logprobs = torch.log_softmax(logits, dim=-1)
+    return logits.argmax(-1).tolist(), logprobs[torch.arange(len(tokens)), torch.tensor(tokens)].tolist()
+
+
+def _assert_replica_is_the_learner(ray, replica, learner, prompts: list[list[int]], version: int) -> None:
+    greedy = ray.get([replica.generate.remote(GenerationRequest(p, 12, temperature=0.0)) for p in prompts],
+                     timeout=300)
+    sampled = ray.get([replica.generate.remote(GenerationRequest(p, 12, temperature=1.0, seed=i))
+                       for i, p in enumerate(prompts)], timeout=300)
+    for prompt, out in zip(prompts, greedy, strict=True):
+        assert out.policy_version == version
+        argmax, _ = _learner_logprobs(learner, prompt, out.token_ids)
+        assert out.token_ids == argmax
+    gaps = []
+    for prompt, out in zip(prompts, sampled, strict=True):
+        _, logprobs = _learner_logprobs(learner, prompt, out.token_ids)
+        gaps += [abs(a - b) for a, b in zip(out.logprobs, logprobs, strict=True)]
+    assert len(gaps) == 12 * len(prompts) and max(gaps) < LOGPROB_TOL
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> str:
+    from userrl.models import resolve_model
+
+    return resolve_model("smollm2-135m")
+
+
+def test_vllm_replica_takes_weights_through_the_group(ray_local, one_process_group, smollm2, caplog):
+    pytest.importorskip("vllm")
+    from userrl.env_runner_group import EnvRunnerGroup
+    from userrl.learner import Learner
+
+    config = _config(smollm2, "vllm", {"kv_cache_gib": 0.25, "enforce_eager": True})
+    learner = Learner(smollm2, config, pad_token_id=0)
+    group = EnvRunnerGroup(config, smollm2)
+    try:
+        replica = group.replicas[0]
+        prompts = _prompts(smollm2)
+        before = ray_local.get(replica.generate.remote(GenerationRequest(prompts[0], 12, temperature=0.0)))
+        for version, seed in ((1, 0), (2, 1)):  # the second sync reuses the group formed by the first
+            _perturb(learner, seed)
+            with caplog.at_level(logging.INFO, logger="userrl.env_runner_group"):
+                group.sync_weights(learner.gathered_weights(), version)
+            assert group.sync_paths == {0: "group"}
+            assert "object_store_s" not in group.last_sync  # nothing went through the object store
+            assert group.last_sync["broadcast_s"] > 0 and group.last_sync["load_s"] > 0
+            _assert_replica_is_the_learner(ray_local, replica, learner, prompts, version)
+        assert "policy replica 0 joins the gloo group" in caplog.text
+        after = ray_local.get(replica.generate.remote(GenerationRequest(prompts[0], 12, temperature=0.0)))
+        assert after.token_ids != before.token_ids  # the perturbed weights are in use
+    finally:
+        group.stop()
+
+
+def test_hf_replica_falls_back_to_the_object_store(ray_local, one_process_group, tiny_model, caplog):
+    from userrl.env_runner_group import EnvRunnerGroup
+    from userrl.learner import Learner
+
+    config = _config(tiny_model, "hf")
+    learner = Learner(tiny_model, config, pad_token_id=0)
+    group = EnvRunnerGroup(config, tiny_model)
+    try:
+        _perturb(learner, 0)
+        with caplog.at_level(logging.INFO, logger="userrl.env_runner_group"):
+            group.sync_weights(learner.gathered_weights(), 1)
+        assert group.sync_paths == {0: "object_store"}
+        assert group.last_sync["object_store_s"] > 0 and "broadcast_s" in group.last_sync
+        assert group.last_sync["broadcast_s"] == 0.0  # no group: nothing was broadcast
+        assert "policy replica 0 uses the object store" in caplog.text
+        _assert_replica_is_the_learner(ray_local, group.replicas[0], learner, _prompts(tiny_model), 1)
+    finally:
+        group.stop()
