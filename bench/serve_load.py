@@ -5,7 +5,12 @@ Starts the Serve app on a free loopback port (or uses --url, which must be a loo
 back for `--duration` seconds, and prints throughput, latency percentiles and the error count (exit
 status 1 when any request failed).
 
+`--ttft`: instead of the load, one client sends streamed requests one at a time and prints the time to
+the first content delta, the time to the end of the stream and their ratio (medians), next to the
+latency of the same requests not streamed.
+
     .venv/bin/python bench/serve_load.py --model tiny-random --clients 8 --duration 30
+    .venv/bin/python bench/serve_load.py --model smollm2-135m --ttft
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from urllib.parse import urlparse
 import numpy as np
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+#: Asks for more than 32 tokens, so that a real model's reply is not over before max_tokens.
+TTFT_PROMPT = "Write a long story about a dragon who learns to cook, with many details."
 PROMPTS = ["Say hello.", "What is 2 + 3?", "Name a colour.", "Give me one word that rhymes with cat.",
            "Ask me a clarifying question about my trip.", "Summarize: the cat sat on the mat."]
 
@@ -69,6 +76,43 @@ async def run_load(url: str, model: str, clients: int, duration: float, max_toke
             "p99_s": float(np.percentile(latencies, 99))}
 
 
+async def run_ttft(url: str, model: str, requests: int, max_tokens: int) -> dict[str, float]:
+    """Streamed requests one at a time: medians of the time to the first content delta, to the stream's
+    end, of their ratio, and of the latency of the same requests not streamed."""
+    import openai
+
+    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=os.environ.get("USERRL_API_KEY", "none"),
+                                max_retries=0, timeout=300)
+    first, full, unary, tokens = [], [], [], []
+    for n in range(requests):
+        ask = {"model": model, "max_tokens": max_tokens, "temperature": 0.7, "seed": n,
+               "messages": [{"role": "user", "content": TTFT_PROMPT}]}
+        start, first_at = time.perf_counter(), None
+        stream = await client.chat.completions.create(**ask, stream=True, stream_options={"include_usage": True})
+        async for chunk in stream:
+            if first_at is None and chunk.choices and chunk.choices[0].delta.content:
+                first_at = time.perf_counter() - start
+            if chunk.usage is not None:
+                tokens.append(chunk.usage.completion_tokens)
+        full.append(time.perf_counter() - start)
+        first.append(full[-1] if first_at is None else first_at)  # no content at all: nothing came earlier
+        start = time.perf_counter()
+        await client.chat.completions.create(**ask)
+        unary.append(time.perf_counter() - start)
+    return {"requests": requests, "completion_tokens": float(np.median(tokens)), "ttft_s": float(np.median(first)),
+            "full_s": float(np.median(full)), "ratio": float(np.median(np.array(first) / np.array(full))),
+            "unary_s": float(np.median(unary))}
+
+
+def print_ttft(model: str, s: dict[str, float]) -> None:
+    """The --ttft table."""
+    print(f"\nmodel {model}, {s['requests']} streamed requests one at a time\n")
+    print("| model | completion tokens | time to first token s | full completion s | ratio | not streamed s |")
+    print("|---|---|---|---|---|---|")
+    print(f"| {model} | {s['completion_tokens']:.0f} | {s['ttft_s']:.3f} | {s['full_s']:.3f} | {s['ratio']:.3f} | "
+          f"{s['unary_s']:.3f} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Start the app (or use --url), run the load, print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -81,7 +125,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replicas", type=int, default=1)
     parser.add_argument("--max-batch-size", type=int, default=16)
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--ttft", action="store_true", help="measure streaming's time to first token instead")
+    parser.add_argument("--ttft-requests", type=int, default=5, help="streamed requests with --ttft")
+    parser.add_argument("--num-threads", type=int, help="torch threads of a replica (default: all cores)")
     args = parser.parse_args(argv)
+    if args.ttft_requests < 1 or args.clients < 1 or args.max_tokens < 1:
+        parser.error("--ttft-requests, --clients and --max-tokens must be at least 1")
+    measure = ((lambda url, model: run_ttft(url, model, args.ttft_requests, args.max_tokens)) if args.ttft else
+               (lambda url, model: run_load(url, model, args.clients, args.duration, args.max_tokens)))
 
     if args.url:
         host = urlparse(args.url).hostname
@@ -92,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
 
         model = args.model_name or openai.OpenAI(base_url=f"{url}/v1", api_key=os.environ.get(
             "USERRL_API_KEY", "none")).models.list().data[0].id
-        summary = asyncio.run(run_load(url, model, args.clients, args.duration, args.max_tokens))
+        summary = asyncio.run(measure(url, model))
     else:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         import ray
@@ -103,18 +154,21 @@ def main(argv: list[str] | None = None) -> int:
 
         ray.init(num_cpus=max(4, os.cpu_count() or 1), logging_config=ray.LoggingConfig(log_level="ERROR"))
         config = ServeConfig(model=args.model, model_name="bench", port=free_port(), num_replicas=args.replicas,
-                             max_batch_size=args.max_batch_size, dtype=args.dtype,
+                             max_batch_size=args.max_batch_size, dtype=args.dtype, num_threads=args.num_threads,
                              num_cpus_per_replica=1, play={"enabled": False})
         try:
             url = start(config)
             # One request first so that engine warm-up is not counted.
             asyncio.run(run_load(url, "bench", 1, 0.01, args.max_tokens))
-            summary = asyncio.run(run_load(url, "bench", args.clients, args.duration, args.max_tokens))
+            summary = asyncio.run(measure(url, "bench"))
         finally:
             serve.shutdown()
             ray.shutdown()
         model = args.model
 
+    if args.ttft:
+        print_ttft(model, summary)
+        return 0
     print(f"\nmodel {model}, {args.clients} clients, {args.duration:.0f} s, max_tokens {args.max_tokens}\n")
     print("| clients | requests | errors | req/s | completion tok/s | p50 s | p90 s | p99 s |")
     print("|---|---|---|---|---|---|---|---|")
