@@ -112,3 +112,16 @@ def test_a_stream_whose_caller_goes_away_stops_its_row(tiny_model):
     # (with all-at-once decoding the first chunk would only come after all 500).
     assert stats["generated_tokens"] - len(other.token_ids) < 500
     assert len(other.token_ids) == 3
+
+
+def test_an_engine_that_is_not_incremental_streams_one_chunk(tiny_model):
+    """The vllm engine's case (tokens come with the whole output): one chunk, tokens and output together."""
+    replica = PolicyReplica(tiny_model, num_threads=1)
+    replica.engine.incremental = False  # declared per engine class; this instance plays one without it
+    request = GenerationRequest(PROMPTS[0], 6, temperature=0)
+
+    async def main():
+        return [chunk async for chunk in replica.generate_stream(request)], await replica.generate(request)
+
+    chunks, whole = asyncio.run(main())
+    assert len(chunks) == 1 and chunks[0].token_ids == whole.token_ids == chunks[0].output.token_ids
