@@ -12,10 +12,12 @@ In one process run, on the same model and the same episodes:
   (c) naive loop: one episode at a time, each turn one transformers `generate` call (a subset of the
       episodes, reported per token);
 
-then the seconds to push the learner's state dict into the replica in place (as after every update),
-and the learner's tokens/s on (b)'s trajectories (userrl.learner.Learner, one gloo process).
+then the learner's tokens/s on (b)'s trajectories (userrl.learner.Learner, one gloo process), and the
+seconds to push its weights into the replica in place (as after every update), through the weight-sync
+group and through the object store, alternately in the same run, with their ratio and phases.
 
     .venv/bin/python bench/rollout.py --engine vllm --tasks 8 --group 4
+    .venv/bin/python bench/rollout.py --engine vllm --sync-only        # the weight sync alone
 """
 
 from __future__ import annotations
@@ -131,20 +133,59 @@ def naive_loop(config, model_path: str, episodes: int) -> tuple[int, float, int]
     return sampled, time.perf_counter() - start, len(tasks)
 
 
-def weight_sync(replica, state_dict: dict, repeats: int = 3) -> list[float]:
-    """Seconds for learner state dict -> object store -> replica weights swapped in place (+ version)."""
-    import ray
+def weight_sync(group, learner, repeats: int = 5) -> dict[str, list[dict[str, float]]]:
+    """Learner -> replica weights swapped in place (+ version), both paths alternately, `repeats` times each.
 
-    seconds = []
-    for version in range(1, repeats + 1):
-        start = time.perf_counter()
-        ray.get(replica.load_weights.remote(ray.put(state_dict), version))
-        seconds.append(time.perf_counter() - start)
-    return seconds
+    "group": `Learner.gathered_weights()` broadcast through the weight-sync group (formed by an untimed
+    first sync); "object_store": `Learner.full_state_dict()` -> object store -> replica -> safetensors in
+    /dev/shm -> reload (the path every sync took before, and the fallback now). Each run's per-phase
+    seconds (`EnvRunnerGroup.last_sync`; "object_store" adds its gather).
+    """
+    version = 1
+    group.sync_weights(learner.gathered_weights(), version)  # forms the group
+    assert group.sync_paths == {0: "group"}, group.sync_paths
+    runs: dict[str, list[dict[str, float]]] = {"group": [], "object_store": []}
+    for repeat in range(repeats):
+        for path in ("group", "object_store") if repeat % 2 == 0 else ("object_store", "group"):
+            version += 1
+            start = time.perf_counter()
+            if path == "group":
+                group.sync_weights(learner.gathered_weights(), version)
+            else:
+                tick = time.perf_counter()
+                state = learner.full_state_dict()
+                gather_s = time.perf_counter() - tick
+                group.sync_weights(state, version, through="object_store")
+                del state
+            seconds = time.perf_counter() - start
+            assert group.sync_paths == {0: path}, group.sync_paths
+            phases = dict(group.last_sync)
+            if path == "object_store":
+                phases["gather_s"] = gather_s  # full_state_dict; the dict's own pass is in total_s
+            runs[path].append({**phases, "total_s": seconds})
+    return runs
 
 
-def learner_throughput(config, model_path: str, trajectories) -> tuple[dict, float, dict]:
-    """One GRPO update of the trajectories with userrl's Learner in a one-process gloo group."""
+def _print_weight_sync(runs: dict[str, list[dict[str, float]]]) -> None:
+    group, store = runs["group"], runs["object_store"]
+    med = {path: statistics.median(r["total_s"] for r in rs) for path, rs in runs.items()}
+    for path, rs in runs.items():
+        listed = ", ".join(f"{r['total_s']:.2f}" for r in rs)
+        print(f"weight sync through the {path}: {listed} s "
+              f"(median {med[path]:.2f})")
+    print(f"object store / group = {med['object_store'] / med['group']:.2f}x (medians)")
+    phases = ["gather_s", "pack_s", "broadcast_s", "receive_s", "load_s", "sessions_s", "cache_reset_s"]
+    print("group path, median seconds per phase: " + ", ".join(
+        f"{k.removesuffix('_s')} {statistics.median(r.get(k, 0.0) for r in group):.3f}" for k in phases))
+    print("  (gather/pack/broadcast: learner rank 0; receive = waiting for and taking in the buckets, load = "
+          "reload_weights + repack + tied head: the vLLM worker; cache_reset: prefix cache)")
+    print("object-store path, median seconds per phase: gather (full_state_dict) "
+          f"{statistics.median(r['gather_s'] for r in store):.3f}, object store + file + reload + cache reset "
+          f"{statistics.median(r['object_store_s'] for r in store):.3f}")
+
+
+def make_learner(config, model_path: str):
+    """userrl's Learner in a one-process gloo group."""
     import torch.distributed as dist
     from transformers import AutoTokenizer
 
@@ -152,20 +193,26 @@ def learner_throughput(config, model_path: str, trajectories) -> tuple[dict, flo
 
     if not dist.is_initialized():
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
-    learner = Learner(model_path, config, AutoTokenizer.from_pretrained(model_path).pad_token_id)
+    return Learner(model_path, config, AutoTokenizer.from_pretrained(model_path).pad_token_id)
+
+
+def learner_throughput(learner, trajectories) -> tuple[dict, float]:
+    """One GRPO update of the trajectories."""
     advantages, _, _ = learner.compute_advantages(trajectories)
     start = time.perf_counter()
     metrics = learner.update(trajectories, advantages)
-    seconds = time.perf_counter() - start
-    return metrics, seconds, learner.full_state_dict()
+    return metrics, time.perf_counter() - start
 
 
 def _measure(args: argparse.Namespace, config, model_path: str, group):
-    """Runs (b), (a), (c), the learner update and the weight sync; None after (a) with --rollout-only."""
+    """Runs (b), (a), (c), the learner update and the weight sync; None after (a) with --rollout-only, the
+    weight sync's runs alone with --sync-only."""
     import ray
 
     from userrl.coordinator import RolloutCoordinator
 
+    if args.sync_only:
+        return weight_sync(group, make_learner(config, model_path), args.sync_repeats)
     coordinator = RolloutCoordinator(config, group)
     replica = group.replicas[0]
     rollout(coordinator, 100)  # warm-up: first requests, compiled shapes, env imports
@@ -185,8 +232,9 @@ def _measure(args: argparse.Namespace, config, model_path: str, group):
     if args.rollout_only:
         return None
     naive = naive_loop(config, model_path, args.naive_episodes)
-    metrics, learn_s, state_dict = learner_throughput(config, model_path, trajectories)
-    sync = weight_sync(replica, state_dict)
+    learner = make_learner(config, model_path)
+    metrics, learn_s = learner_throughput(learner, trajectories)
+    sync = weight_sync(group, learner, args.sync_repeats)
     return trajectories, turns, stops, stats, (a_tokens, a_s), a0, (b_tokens, b_s), naive, (metrics, learn_s), sync
 
 
@@ -205,6 +253,8 @@ def main() -> None:
     parser.add_argument("--eager", action="store_true", help="vllm: no torch.compile (faster start)")
     parser.add_argument("--vllm", nargs="*", default=[], metavar="KEY=VALUE", help="policy.vllm settings")
     parser.add_argument("--rollout-only", action="store_true", help="skip (c), the learner and the weight sync")
+    parser.add_argument("--sync-only", action="store_true", help="the weight sync only (both paths)")
+    parser.add_argument("--sync-repeats", type=int, default=5, help="weight syncs per path")
     args = parser.parse_args()
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
@@ -225,6 +275,10 @@ def main() -> None:
         ray.shutdown()
     if measured is None:
         return
+    if args.sync_only:
+        print(f"\nmodel {args.model} ({args.dtype}), engine {args.engine}, {os.cpu_count()} cores")
+        _print_weight_sync(measured)
+        return
     trajectories, turns, stops, stats, (a_tokens, a_s), (a0_tokens, a0_s), (b_tokens, b_s), \
         (c_tokens, c_s, c_episodes), (metrics, learn_s), sync = measured
 
@@ -242,8 +296,7 @@ def main() -> None:
     print(f"| (b) userrl rollout | {len(trajectories)} | {b_tokens} | {b_s:.2f} | {b:.1f} |")
     print(f"| (c) naive transformers loop | {c_episodes} | {c_tokens} | {c_s:.2f} | {c:.1f} |")
     print(f"\nb/a = {b / a:.2f}   b/a0 = {b / a0:.2f}   b/c = {b / c:.1f}   replica stats: {stats}")
-    print(f"weight sync (state dict -> replica, in place): {', '.join(f'{s:.2f}' for s in sync)} s "
-          f"(median {statistics.median(sync):.2f})")
+    _print_weight_sync(sync)
     print(f"learner (1 process, float32, one GRPO update): {metrics['processed_tokens']:.0f} processed tokens "
           f"in {learn_s:.2f} s = {metrics['processed_tokens'] / learn_s:.0f} tokens/s "
           f"({metrics['trained_tokens']:.0f} trained tokens)")

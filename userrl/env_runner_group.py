@@ -15,7 +15,7 @@ import logging
 import time
 from collections import Counter, deque
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 import ray
 
@@ -31,7 +31,6 @@ from userrl.weight_sync import (
     GatheredWeights,
     GroupSender,
     backend_for,
-    pack_buckets,
 )
 
 log = logging.getLogger(__name__)
@@ -219,41 +218,51 @@ class EnvRunnerGroup:
 
     # ------------------------------------------------------------------------------------------ weights
 
-    def sync_weights(self, weights: dict | GatheredWeights, version: int) -> float:
-        """Send new weights to every replica; returns seconds.
+    def sync_weights(self, weights: dict | GatheredWeights, version: int,
+                     through: Literal["auto", "object_store"] = "auto") -> float:
+        """Send new weights to every replica; returns seconds (per phase: `last_sync`).
 
         Replicas whose engine joined the weight-sync group (vllm, `policy.vllm.weight_sync=group`) get a
         broadcast from this process; the others (hf engine, a group that could not be formed or lost a
-        member) get them through the object store. `weights`: a full state dict, or a learner's
-        `gathered_weights()` (then every learner rank iterates it meanwhile).
+        member) get them through the object store, as every replica does with `through="object_store"`
+        (benchmarks compare the two). `weights`: a full state dict, or a learner's `gathered_weights()`
+        (then every learner rank iterates it meanwhile).
         """
         start = time.perf_counter()
         if isinstance(weights, dict):
             weights = GatheredWeights.from_state_dict(weights)
         self.version = version
-        members = self._group_members(weights.device)
+        members = self._group_members(weights.device) if through == "auto" else {}
         group_ok = False
-        if members:
-            receiving = {i: self.replicas[i].receive_weights.remote(weights.metadata, self.bucket_bytes, version)
-                         for i in members}
-            sent = self._sender.send(weights, self.bucket_bytes)
-            error = sent.error
-            engine: list[dict[str, float]] = []
-            if error is None:
-                try:
-                    engine = ray.get(list(receiving.values()), timeout=GROUP_TIMEOUT_S)
-                    group_ok = True
-                except (ray.exceptions.RayError, RuntimeError) as failure:
-                    error = failure
-            if error is not None:
-                log.warning("weight sync through the group failed (%s); this sync goes through the object store, "
-                            "the group is formed anew at the next one", error)
-                self._close_group()
-            self.last_sync = {**sent.timings, **{key: max(e[key] for e in engine) for key in engine[0]}} if (
-                engine) else dict(sent.timings)
-        else:
-            sent = pack_buckets(weights, self.bucket_bytes)
-            self.last_sync = dict(sent.timings)
+        if not members:  # the object store only: the tensors as gathered, no buckets
+            tick = time.perf_counter()
+            state = {name: tensor.detach().to("cpu") for name, tensor in weights.tensors}
+            self.last_sync = {"gather_s": time.perf_counter() - tick}
+            self.sync_paths = dict.fromkeys(range(len(self.replicas)), "object_store")
+            tick = time.perf_counter()
+            self._weights = ray.put(state)
+            del state
+            self._load_through_object_store(list(range(len(self.replicas))), version)
+            self.last_sync["object_store_s"] = time.perf_counter() - tick
+            self.last_sync["total_s"] = time.perf_counter() - start
+            return self.last_sync["total_s"]
+        receiving = {i: self.replicas[i].receive_weights.remote(weights.metadata, self.bucket_bytes, version)
+                     for i in members}
+        sent = self._sender.send(weights, self.bucket_bytes)
+        error = sent.error
+        engine: list[dict[str, float]] = []
+        if error is None:
+            try:
+                engine = ray.get(list(receiving.values()), timeout=GROUP_TIMEOUT_S)
+                group_ok = True
+            except (ray.exceptions.RayError, RuntimeError) as failure:
+                error = failure
+        if error is not None:
+            log.warning("weight sync through the group failed (%s); this sync goes through the object store, "
+                        "the group is formed anew at the next one", error)
+            self._close_group()
+        self.last_sync = {**sent.timings, **{key: max(e[key] for e in engine) for key in engine[0]}} if (
+            engine) else dict(sent.timings)
         fallback = [i for i in range(len(self.replicas)) if not (group_ok and i in members)]
         self.sync_paths = {i: "object_store" if i in fallback else "group" for i in range(len(self.replicas))}
         if fallback:

@@ -140,8 +140,7 @@ def test_hf_replica_falls_back_to_the_object_store(ray_local, one_process_group,
         with caplog.at_level(logging.INFO, logger="userrl.env_runner_group"):
             group.sync_weights(learner.gathered_weights(), 1)
         assert group.sync_paths == {0: "object_store"}
-        assert group.last_sync["object_store_s"] > 0 and "broadcast_s" in group.last_sync
-        assert group.last_sync["broadcast_s"] == 0.0  # no group: nothing was broadcast
+        assert group.last_sync["object_store_s"] > 0 and "broadcast_s" not in group.last_sync  # no group
         assert "policy replica 0 uses the object store" in caplog.text
         _assert_replica_is_the_learner(ray_local, group.replicas[0], learner, _prompts(tiny_model), 1)
     finally:
