@@ -38,7 +38,7 @@ from userrl.actors.policy_replica import PolicyReplica
 from userrl.config import ConfigError
 from userrl.engines.base import GenerationChunk, GenerationOutput
 from userrl.serving import protocol
-from userrl.serving.chat_engine import ChatEngine
+from userrl.serving.chat_engine import ChatEngine, Prepared
 from userrl.serving.config import ServeConfig, load_serve_config
 from userrl.serving.protocol import APIError
 
@@ -191,7 +191,7 @@ class Gateway:
         return JSONResponse(protocol.chat_completion(id_, self.model_name, reply.content, reply.tool_calls,
                                                      reply.finish_reason, prompt_tokens, reply.completion_tokens))
 
-    async def _stream(self, id_: str, prepared, first: GenerationChunk, tokens: DeploymentResponseGenerator,
+    async def _stream(self, id_: str, prepared: Prepared, first: GenerationChunk, tokens: DeploymentResponseGenerator,
                       prompt_tokens: int, usage: bool) -> AsyncIterator[str]:
         # Content deltas leave as the replica samples tokens (OpenAI's wire format: role chunk, content
         # deltas, tool_calls once the whole text is parsed, finish chunk, usage, [DONE]).

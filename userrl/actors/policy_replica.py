@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from functools import partial
 from typing import Any
 
-from userrl.engines.base import GenerationChunk, GenerationOutput, GenerationRequest
+from userrl.engines.base import GenerationChunk, GenerationOutput, GenerationRequest, OnToken
 
 #: The version a replica restarted by Ray reports until the current weights are loaded into it.
 AWAITING_WEIGHTS = -1
@@ -175,7 +175,7 @@ class PolicyReplica:
                     future.set_result(output)
 
     @staticmethod
-    def _token_sink(loop: asyncio.AbstractEventLoop, batch: list) -> Any:
+    def _token_sink(loop: asyncio.AbstractEventLoop, batch: list) -> OnToken:
         """The engine's `on_token` for a batch: runs on the decoding thread, so it only reads future
         state and hands tokens to the event loop; a row whose caller has gone is stopped."""
         def on_token(row: int, token: int) -> bool:
