@@ -221,6 +221,10 @@ class MultiTurnEnv(gymnasium.Env):
     #: Whether the gym offers its tools as native function calls (`env.protocol: native_tools`); such a gym
     #: overrides `tool_schemas` and `native_prompt`.
     exposes_tools: ClassVar[bool] = False
+    #: Whether the gym is a single-turn user-reply task (HumanLM, `env.protocol: user_reply`): its opening is
+    #: `native_prompt()`, its step only records the reply, and the reward is written after the rollout by a
+    #: group scorer that judges all of a group's replies together (userrl/humanlm/scoring.py).
+    user_reply_task: ClassVar[bool] = False
     #: Gym keywords that `env.protocol: native_tools` implies (the gym's own rules for native episodes).
     native_tools_kwargs: ClassVar[Mapping[str, Any]] = {}
     #: Reward preset -> the gym keywords it sets (0.9); a keyword the caller gives (not None) wins.
@@ -370,7 +374,7 @@ class MultiTurnEnv(gymnasium.Env):
         return []
 
     def native_prompt(self) -> list[dict[str, str]]:
-        """The [system, user] opening of a native-tools episode of the current task (default: the task's prompt)."""
+        """The opening of a native-tools (or user_reply) episode of the current task (default: the task's prompt)."""
         if self.task is None:
             raise RuntimeError(f"{type(self).__name__} holds no task yet: pass task=... or reset with one")
         return [dict(m) for m in self.task.prompt]

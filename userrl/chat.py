@@ -4,6 +4,9 @@ Non-generated messages are tokenized as deltas of the chat template against a fi
 (spec ALGORITHMS.md 1.2), so the context only ever grows by appending and the policy conditions on
 exactly the tokens that training later scores.
 
+`user_reply` (HumanLM's single-turn task, userrl/humanlm) has no action syntax: the whole message is the simulated
+user's reply (tag blocks), the opening is the task's own messages, and decoding ends at a field's closing tag.
+
 `bracket` and `tool_call` act through the gyms' choices (`[answer] 42`, or the one `interact_with_env`
 tool). `native_tools` (gyms that expose tools, MUA-RL's episode of ALGORITHMS.md 5.1) offers the gym's own
 tools as function schemas: each assistant message calls one tool or speaks plain text to the user. Tool
@@ -21,6 +24,7 @@ from typing import Any, Literal
 
 from userrl.envs import MultiTurnEnv, Task, tool_call_to_action
 from userrl.envs.json_extract import strip_think
+from userrl.humanlm.format import STOP_STRINGS as HUMANLM_STOPS
 from userrl.trajectory import ROLE_IDS
 
 TOOL_NAME = "interact_with_env"
@@ -70,8 +74,10 @@ _BRACKET_LINE = re.compile(r"^[ \t]*\[(action|answer|search|finish)\]", re.MULTI
 TOOL_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
 _DUMMY = [{"role": "system", "content": "x"}, {"role": "user", "content": "y"}]
 
-Protocol = Literal["bracket", "tool_call", "native_tools"]
-PROTOCOLS: tuple[str, ...] = ("bracket", "tool_call", "native_tools")
+Protocol = Literal["bracket", "tool_call", "native_tools", "user_reply"]
+PROTOCOLS: tuple[str, ...] = ("bracket", "tool_call", "native_tools", "user_reply")
+#: user_reply: decoding ends after the closing tag of any HumanLM field (spec 5.2 "stop strings").
+USER_REPLY_STOPS: tuple[str, ...] = HUMANLM_STOPS
 
 
 @dataclass
@@ -184,7 +190,10 @@ class ChatFormat:
         self.tokenizer = tokenizer
         self.protocol = protocol
         #: Whether tool schemas go through the template's `tools` argument (else into the system message).
-        self.template_tools = protocol != "bracket" and "tools" in (tokenizer.chat_template or "")
+        self.template_tools = protocol not in ("bracket", "user_reply") and "tools" in (tokenizer.chat_template or "")
+        #: Texts that end an assistant message (kept in it): the engines stop on tokens only, so TokenPolicy
+        #: cuts the sampled tokens after the first of these.
+        self.stop_strings: tuple[str, ...] = USER_REPLY_STOPS if protocol == "user_reply" else ()
         self.eos_text = tokenizer.eos_token
         self.stop_token_ids = sorted({tokenizer.eos_token_id, *self._extra_stop_ids()})
         self._header_ids = self._encode(self._render(_DUMMY, True)[len(self._render(_DUMMY, False)):])
@@ -229,6 +238,8 @@ class ChatFormat:
 
     def episode_opening(self, task: Task, env: MultiTurnEnv) -> tuple[list[dict[str, str]], list[dict[str, Any]]]:
         """An episode's first messages and the tool schemas to render them with ([] outside native_tools)."""
+        if self.protocol == "user_reply":  # the task's own messages (persona prompt + context), as they are
+            return [dict(m) for m in env.native_prompt()], []
         if self.protocol != "native_tools":
             return self.initial_messages(task.prompt), []
         tools = env.tool_schemas()
@@ -271,6 +282,8 @@ class ChatFormat:
 
     def parse(self, text: str) -> ParsedTurn:
         """Parse the tool calls of one assistant message in this protocol."""
+        if self.protocol == "user_reply":  # the whole message is the reply; the group scorer parses its tags
+            return ParsedTurn(calls=[("answer", text)], n_tool_calls=1)
         if self.protocol == "native_tools":
             return parse_native_tools(text)
         return parse_bracket(text) if self.protocol == "bracket" else parse_tool_calls(text)
@@ -278,8 +291,11 @@ class ChatFormat:
     def tool_messages(self, parsed: ParsedTurn, feedback: str) -> list[dict[str, str]]:
         """One tool message per call: the executed one carries the feedback, others the ignored notice.
 
-        A native_tools message that spoke to the user gets the user's reply as one user message instead.
+        A native_tools message that spoke to the user gets the user's reply as one user message instead;
+        a user_reply episode ends with its one reply, so nothing follows it.
         """
+        if self.protocol == "user_reply":
+            return []
         if parsed.speaks:
             return [{"role": "user", "content": feedback}]
         notice = NATIVE_IGNORED_CALL_NOTICE if self.protocol == "native_tools" else IGNORED_CALL_NOTICE

@@ -1,4 +1,4 @@
-"""`userrl` command line: train, sft, evaluate, sweep, report, export, serve, play."""
+"""`userrl` command line: train, sft, evaluate, train-user, evaluate-user, sweep, report, export, serve, play."""
 
 from __future__ import annotations
 
@@ -108,6 +108,20 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return cli_evaluate(args, console)
 
 
+def cmd_train_user(args: argparse.Namespace) -> int:
+    """Train a user simulator (HumanLM) with GRPO on judge scores."""
+    from userrl.commands.train_user import cli_train_user
+
+    return cli_train_user(args, console)
+
+
+def cmd_evaluate_user(args: argparse.Namespace) -> int:
+    """Score a user simulator per field on the test split."""
+    from userrl.commands.train_user import cli_evaluate_user
+
+    return cli_evaluate_user(args, console)
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Run (or resume) a Ray Tune sweep described by a sweep file."""
     from userrl.commands.sweep import cli_sweep
@@ -167,6 +181,22 @@ def build_parser() -> argparse.ArgumentParser:
     play_parser.set_defaults(func=cmd_play)
     sub.choices["train"].add_argument("--resume", help="checkpoint folder to resume from")
     _evaluate_arguments(sub.choices["evaluate"])
+
+    user_parser = sub.add_parser("train-user", help="train a user simulator (HumanLM: judge-scored replies and "
+                                 "latent states)")
+    user_parser.add_argument("--config", help="YAML config file (e.g. experiments/humanlm.yaml)")
+    user_parser.add_argument("--resume", help="checkpoint folder to resume from")
+    user_parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. humanlm.mode=response_only")
+    user_parser.set_defaults(func=cmd_train_user)
+    eval_user = sub.add_parser("evaluate-user", help="per-field judge scores and valid rates of a user simulator")
+    eval_user.add_argument("--config", help="YAML config file (e.g. experiments/humanlm.yaml)")
+    eval_user.add_argument("--checkpoint", help="checkpoint folder (default: the configured policy.model)")
+    eval_user.add_argument("--split", help="split to score (default evaluation.split = test)")
+    eval_user.add_argument("--max-rows", type=int, help="the first N rows (every field of each)")
+    eval_user.add_argument("--temperature", type=float, help="sampling temperature (default evaluation.temperature)")
+    eval_user.add_argument("--out", help="output folder (default <output_dir>/<name>/eval_user/<model>-<split>-T<t>)")
+    eval_user.add_argument("overrides", nargs="*", help="dotted overrides")
+    eval_user.set_defaults(func=cmd_evaluate_user)
 
     sweep_parser = sub.add_parser("sweep", help="Ray Tune sweep (e.g. experiments/sweeps/credit_assignment.yaml)")
     sweep_parser.add_argument("sweep_file", help="sweep YAML: base config, grid and Tune settings")

@@ -70,10 +70,11 @@ class EnvConfig(_Section):
     data_root: str | None = Field(None, description="Folder of the original UserRL data (source: userrl).")
     max_turns: int = Field(16, ge=1, description="Assistant generations per episode.")
     max_steps: int = Field(16, ge=1, description="Env truncation limit.")
-    protocol: Literal["bracket", "tool_call", "native_tools"] = Field(
-        "tool_call", description="How the policy acts: `[answer] 42` lines, interact_with_env tool calls, or "
+    protocol: Literal["bracket", "tool_call", "native_tools", "user_reply"] = Field(
+        "tool_call", description="How the policy acts: `[answer] 42` lines, interact_with_env tool calls, "
         "native_tools: the gym's own tools as function calls and plain text to the user (gyms that expose tools, "
-        "e.g. tau; MUA-RL's episode)."
+        "e.g. tau; MUA-RL's episode), or user_reply: the message is a simulated user's reply in HumanLM's tag "
+        "blocks (the humanlm gym; `userrl train-user`)."
     )
     show_reward_in_feedback: bool = Field(False, description="Append `Reward: r` to each step's feedback to the agent.")
     step_timeout_s: float = Field(120.0, gt=0, description="Seconds an env step may take; past that the episode "
@@ -105,6 +106,18 @@ class EnvConfig(_Section):
 
     @model_validator(mode="after")
     def _protocol_fits_gyms(self) -> EnvConfig:
+        from userrl.envs.registry import get_gym
+
+        replies = [spec.name for spec in self.gyms if get_gym(spec.name).user_reply_task]
+        others = [spec.name for spec in self.gyms if spec.name not in replies]
+        if self.protocol == "user_reply" and others:
+            raise ValueError(f"env.protocol=user_reply plays only user-reply tasks (the humanlm gym), not {others}; "
+                             "train agents and simulators in separate runs")
+        if replies and self.protocol != "user_reply":
+            raise ValueError(f"env.gyms {replies} are user-reply tasks: set env.protocol=user_reply "
+                             "(`userrl train-user` does)")
+        if replies and self.max_turns != 1:
+            raise ValueError(f"env.max_turns={self.max_turns}: a user-reply task is one reply; set env.max_turns=1")
         if self.protocol == "native_tools":
             from userrl.envs.registry import GYMS, get_gym
 
@@ -114,6 +127,67 @@ class EnvConfig(_Section):
                 raise ValueError(
                     f"env.protocol=native_tools needs gyms that expose tools, but {without} expose none; gyms "
                     f"with tools: {with_tools} (use env.protocol=tool_call or bracket for the others)")
+        return self
+
+
+class HumanLMConfig(_Section):
+    """Training a user simulator (spec ALGORITHMS.md 5.2, `userrl train-user`); read only with the humanlm gym."""
+
+    mode: Literal["separate_system_prompt", "response_only"] = Field(
+        "separate_system_prompt", description="separate_system_prompt: one field per rollout, the rows expanded "
+        "7x (item i = row i mod N, field i // N, each field with its own system prompt); response_only: the "
+        "response field alone. Evaluation during training uses response_only (the spec's validation).")
+    data_files: dict[str, str] = Field(
+        default_factory=dict, description="HumanLM-format parquet (or JSONL) per split, e.g. {train: a.parquet, "
+        "test: b.parquet}; empty = the rows recorded from our gyms' scripted users (humanlm.gyms).")
+    gyms: list[Literal["persuade", "intention"]] = Field(
+        default_factory=lambda: ["persuade", "intention"], description="Gyms whose recorded rows to use "
+        "(data_files empty).")
+    prompt_budget: int | None = Field(
+        None, ge=1, description="Rows whose longest field prompt exceeds this many tokens (estimated, 4 chars "
+        "each) are dropped and counted (persona_over_budget / prompt_over_budget); null = no limit.")
+    judge: Literal["scripted", "openai"] = Field(
+        "scripted", description="Training judge: scripted (deterministic key-point coverage minus penalty, "
+        "offline) or openai (any OpenAI-compatible model at judge_llm, temperature 1.0 unless set).")
+    judge_llm: dict[str, Any] = Field(default_factory=dict, description="OpenAI-compatible client settings of the "
+                                      "training judge (base_url, model, temperature, max_tokens, attempts, ...).")
+    validation_judge: Literal["scripted", "openai"] | None = Field(
+        None, description="Judge of evaluation (during training and `userrl evaluate-user`); null = the "
+        "training judge's backend, at temperature 0.")
+    validation_judge_llm: dict[str, Any] = Field(
+        default_factory=dict, description="Client settings of an openai validation judge; empty = judge_llm.")
+    num_repeats: int = Field(1, ge=1, description="Judge calls averaged per (group, field) (spec num_repeats).")
+    field_weights: dict[str, float] = Field(
+        default_factory=dict, description="Weight per field in a sample's score (default 1.0 each).")
+    thinking: bool = Field(False, description="Strict parsing allows a leading `...</think>` (thinking models).")
+
+    @field_validator("judge_llm", "validation_judge_llm")
+    @classmethod
+    def _llm(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if value:  # checked now by the client's own typed settings, not at the first judge call
+            from userrl.envs.openai_client import LLMConfig
+
+            LLMConfig.from_spec(value)
+        return value
+
+    @field_validator("field_weights")
+    @classmethod
+    def _fields(cls, value: dict[str, float]) -> dict[str, float]:
+        from userrl.humanlm.fields import FIELD_NAMES
+
+        unknown = sorted(set(value) - set(FIELD_NAMES))
+        if unknown:
+            raise ValueError(f"unknown field(s) {unknown}; fields: {', '.join(FIELD_NAMES)}")
+        return value
+
+    @model_validator(mode="after")
+    def _openai_needs_llm(self) -> HumanLMConfig:
+        if self.judge == "openai" and not self.judge_llm.get("model"):
+            raise ValueError("humanlm.judge=openai needs humanlm.judge_llm with at least model and base_url "
+                             "(e.g. humanlm.judge_llm.model=gpt-5-mini humanlm.judge_llm.base_url=http://...)")
+        if (self.validation_judge == "openai" and not (self.validation_judge_llm or self.judge_llm).get("model")):
+            raise ValueError("humanlm.validation_judge=openai needs humanlm.validation_judge_llm (or judge_llm) "
+                             "with at least model and base_url")
         return self
 
 
@@ -447,6 +521,8 @@ class UserRLConfig(_Section):
     checkpointing: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Checkpoints and resume.")
     tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="MLflow.")
     ray: RayConfig = Field(default_factory=RayConfig, description="The Ray cluster.")
+    humanlm: HumanLMConfig = Field(default_factory=HumanLMConfig, description="User-simulator training "
+                                   "(the humanlm gym, `userrl train-user`).")
 
     @model_validator(mode="after")
     def _consistent(self) -> UserRLConfig:
@@ -465,6 +541,9 @@ class UserRLConfig(_Section):
             raise ValueError(
                 "sft.enabled=true is not available with env.protocol=native_tools yet (demonstrations are "
                 "rendered for bracket/tool_call); set sft.enabled=false or env.protocol=tool_call")
+        if self.sft.enabled and self.env.protocol == "user_reply":
+            raise ValueError("sft.enabled=true has no demonstrations for env.protocol=user_reply (HumanLM trains "
+                             "with RL from the base model); set sft.enabled=false")
         if self.training.uses_critic and not self.critic.mask_obs and self.env.max_turns == 1:
             raise ValueError(
                 "critic.mask_obs=false trains the critic on env tokens between agent turns, but env.max_turns=1 "
@@ -490,7 +569,18 @@ class UserRLConfig(_Section):
         config.env.data_root = absolute(config.env.data_root)
         config.checkpointing.resume_from = absolute(config.checkpointing.resume_from)
         config.sft.path = absolute(config.sft.path)
+        config.humanlm.data_files = {split: absolute(path) for split, path in config.humanlm.data_files.items()}
         return config
+
+    def task_options(self, gym: str, evaluation: bool = False) -> dict[str, Any]:
+        """Extra task-loader arguments of `gym`: the humanlm section's for a user-reply gym, else none."""
+        from userrl.envs.registry import get_gym
+
+        if not get_gym(gym).user_reply_task:
+            return {}
+        h = self.humanlm
+        return {"mode": "response_only" if evaluation else h.mode, "data_files": h.data_files or None,
+                "gyms": tuple(h.gyms), "prompt_budget": h.prompt_budget}
 
     def mlflow_uri(self) -> str:
         """Tracking URI: config, then $MLFLOW_TRACKING_URI, then a local sqlite store."""

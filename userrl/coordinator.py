@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -14,6 +15,7 @@ from userrl.actors.env_runner import EpisodeSpec
 from userrl.config import UserRLConfig
 from userrl.env_runner_group import EnvRunnerGroup, RolloutJob
 from userrl.envs import Task, load_tasks
+from userrl.envs.registry import get_gym
 from userrl.trajectory import Trajectory
 
 
@@ -24,6 +26,7 @@ class TaskMixture:
         self.gyms, self.tasks, weights = [], [], []
         for spec in config.env.gyms:
             filters: dict[str, Any] = {"difficulty": spec.difficulty} if spec.difficulty is not None else {}
+            filters.update(config.task_options(spec.name, evaluation=split is not None))
             tasks = load_tasks(spec.name, split=split or spec.split, source=spec.source,
                                data_root=config.env.data_root, **filters)
             if not tasks:
@@ -92,6 +95,25 @@ def rollout_metrics(trajectories: list[Trajectory], seconds: float, prefix: str 
     return metrics
 
 
+class GroupScorer(Protocol):
+    """Writes the rewards of trajectories that are scored per GRPO group after the rollout (user-reply tasks:
+    a judge sees all of a group's replies in one call), in place, and returns its metrics."""
+
+    def score(self, specs: Sequence[EpisodeSpec], trajectories: Sequence[Trajectory],
+              evaluation: bool = False) -> dict[str, float]:
+        """Score the batch (trajectories in the order of specs); evaluation: the validation judge and parsing."""
+        ...
+
+
+def make_group_scorer(config: UserRLConfig) -> GroupScorer | None:
+    """The group scorer the configured gyms need (HumanLM's judge for user-reply tasks), or None."""
+    if not any(get_gym(spec.name).user_reply_task for spec in config.env.gyms):
+        return None
+    from userrl.humanlm.scoring import HumanLMGroupScorer
+
+    return HumanLMGroupScorer(config)
+
+
 @dataclass
 class PendingRollout:
     """An iteration's episodes handed to the env runners, not gathered yet."""
@@ -112,6 +134,7 @@ class RolloutCoordinator:
         self.config = config
         self.group = group
         self.train_tasks = TaskMixture(config)
+        self.group_scorer = make_group_scorer(config)
 
     def launch(self, specs: list[EpisodeSpec], seed: int, temperature: float | None = None,
                iteration: int | None = None) -> PendingRollout:
@@ -137,7 +160,10 @@ class RolloutCoordinator:
         waited = time.perf_counter()
         trajectories = self.gather(pending)
         done = time.perf_counter()
+        # Before the metrics: group-scored trajectories get their rewards (or are aborted) here.
+        scored = self.group_scorer.score(pending.specs, trajectories) if self.group_scorer else {}
         metrics = rollout_metrics(trajectories, done - pending.job.started)
+        metrics.update(scored)
         metrics.update({f"rollout/{name}": count for name, count in self.group.pop_counters().items()})
         metrics["time/rollout_s"] = done - pending.job.started
         metrics["time/rollout_wait_s"] = done - waited
@@ -151,6 +177,8 @@ class RolloutCoordinator:
         """Greedy (by default) episodes on the first tasks of each gym's evaluation split."""
         tasks = TaskMixture(self.config, split=split).first(num_tasks)
         start = time.perf_counter()
-        trajectories = self.group.play(episode_specs(tasks, 1, "eval"), seed=self.config.experiment.seed,
-                                       temperature=temperature)
-        return trajectories, rollout_metrics(trajectories, time.perf_counter() - start, prefix="eval")
+        specs = episode_specs(tasks, 1, "eval")
+        trajectories = self.group.play(specs, seed=self.config.experiment.seed, temperature=temperature)
+        seconds = time.perf_counter() - start
+        scored = self.group_scorer.score(specs, trajectories, evaluation=True) if self.group_scorer else {}
+        return trajectories, {**rollout_metrics(trajectories, seconds, prefix="eval"), **scored}

@@ -164,6 +164,8 @@ class TokenPolicy(EpisodePolicy):
             traj.turn_starts.pop()  # the aborted trajectory keeps what was played before this turn
             _truncate(traj, len(traj.input_ids) - len(header))
             raise
+        if self.chat.stop_strings:
+            out = cut_at_stop_strings(out, self.chat.tokenizer, self.chat.stop_strings)
         traj.append(out.token_ids, ROLE_IDS["assistant"], sampled=True, turn=turn, logprobs=out.logprobs)
         text = self.chat.tokenizer.decode(out.token_ids, skip_special_tokens=True)
         traj.messages.append({"role": "assistant", "content": text})
@@ -172,11 +174,27 @@ class TokenPolicy(EpisodePolicy):
     def observe(self, traj: Trajectory, turn: AgentTurn, feedback: str, limits: RolloutLimits) -> bool:
         """The tool (or, for a message to the user, user) message's ids, cut to what the context has room for."""
         tool_messages = self.chat.tool_messages(turn.parsed, feedback)
+        if not tool_messages:  # a protocol whose episode ends with the reply (user_reply): nothing to file
+            return True
         traj.messages.extend(tool_messages)
         tool_ids = self.chat.encode_after_assistant(tool_messages)
         room = min(limits.max_model_len - len(traj.input_ids), limits.max_response_len - traj.response_len)
         traj.append(tool_ids[:max(room, 0)], ROLE_IDS[tool_messages[0]["role"]], turn=turn.turn)
         return len(tool_ids) <= room
+
+
+def cut_at_stop_strings(out: GenerationOutput, tokenizer: Any, stops: tuple[str, ...]) -> GenerationOutput:
+    """The output cut after the token that completes the first stop string (finish reason `stop`), else as is.
+
+    The engines stop on token ids only; the tokens after a stop string would be trained on although the
+    reply ended there, so they are dropped with their logprobs (the kept tokens' logprobs do not depend on them).
+    """
+    text = ""
+    for k, token in enumerate(out.token_ids):
+        text += tokenizer.decode([token], skip_special_tokens=True)
+        if any(stop in text for stop in stops):
+            return GenerationOutput(out.token_ids[:k + 1], out.logprobs[:k + 1], "stop", out.policy_version)
+    return out
 
 
 def _truncate(traj: Trajectory, length: int) -> None:

@@ -140,6 +140,8 @@ class JudgeOutcome:
     scores: list[float]
     key_points: list[str] = field(default_factory=list)
     stats: Counter[str] = field(default_factory=Counter)
+    #: A call (or one of its num_repeats) never gave a usable reply: its 0s are the spec's "final failure".
+    failed: bool = False
 
 
 class Judge(Protocol):
@@ -186,6 +188,7 @@ class OpenAIJudge:
         user = judge_user_message(field_name, render_context(row.context), row.ground_truth, candidates)
         runs = await asyncio.gather(*(self._one_call(user, len(candidates)) for _ in range(self.num_repeats)))
         for points, scores, stats in runs:
+            outcome.failed = outcome.failed or bool(stats["judge_failures"])
             outcome.stats.update(stats)
             outcome.key_points = outcome.key_points or points
             outcome.scores = [a + b / self.num_repeats for a, b in zip(outcome.scores, scores, strict=True)]
@@ -364,6 +367,8 @@ class GroupScore:
     field_scores: dict[str, list[float]]
     stats: Counter[str]
     judge: str
+    #: Per sample: a judge call it was in failed for good (its score holds a final-failure 0).
+    failed: list[bool] = field(default_factory=list)
 
 
 def _unique(values: Sequence[str]) -> list[str]:
@@ -398,6 +403,7 @@ async def score_group(
     stats["invalid_parses"] += sum(not p.valid for p in parses)
     truth = row.ground_truth.strip()
     field_scores: dict[str, list[float]] = {}
+    failed = [False] * len(parses)
     for name in names:
         values = [p.values.get(name, "").strip() for p in parses]
         stats["empty_generations"] += sum(1 for p, v in zip(parses, values, strict=True) if p.valid and not v)
@@ -407,6 +413,9 @@ async def score_group(
         outcome = await judge.judge(row, name, asked) if asked else JudgeOutcome([])
         stats.update(outcome.stats)
         by_text = dict(zip(asked, outcome.scores, strict=True))
+        if outcome.failed:
+            # Its candidates hold a final-failure 0, and a copy of the real reply is scored from theirs.
+            failed = [f or v in by_text or t for f, v, t in zip(failed, values, is_truth, strict=True)]
         scores = [by_text.get(v, 0.0) if v and not t else 0.0 for v, t in zip(values, is_truth, strict=True)]
         others = [s for s, t in zip(scores, is_truth, strict=True) if not t]
         for i, t in enumerate(is_truth):
@@ -420,7 +429,7 @@ async def score_group(
         round(sum(weight.get(name, 1.0) * field_scores[name][i] for name in names), 6)
         for i in range(len(parses))
     ]
-    return GroupScore(rewards, parses, field_scores, stats, judge.name)
+    return GroupScore(rewards, parses, field_scores, stats, judge.name, failed)
 
 
 class FieldStats:

@@ -1,0 +1,191 @@
+"""`userrl train-user` and `userrl evaluate-user`: train a user simulator (HumanLM, spec 5.2) and score it.
+
+train-user is `userrl train` on a config whose unset keys take HumanLM's settings
+(userrl/humanlm/algorithm.TRAIN_USER_DEFAULTS): the same GRPOMultiTurn, learner group, MLflow run and
+checkpoints; each iteration also prints the per-field judge scores and strict-parse valid rates.
+evaluate-user plays every test item of the configured mode once (a checkpoint or the configured model on
+the usual replicas and env runners), scores them with the validation judge and flexible parsing, prints
+per field the judge score, the strict valid rate and the tag rate, and writes metrics.json, replies.jsonl
+and one MLflow run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from userrl.config import UserRLConfig, apply_overrides, parse_config, read_yaml_mapping
+from userrl.humanlm.algorithm import merge_defaults
+from userrl.humanlm.fields import FIELD_NAMES
+
+#: Exit status when replies were aborted (left out of the scores; counted in metrics.json).
+EXIT_ABORTED = 3
+
+
+def load_user_config(path: str | None, overrides: list[str]) -> UserRLConfig:
+    """A config file plus dotted overrides, over HumanLM's training settings."""
+    data = read_yaml_mapping(path) if path else {}
+    return parse_config(merge_defaults(apply_overrides(data, list(overrides))))
+
+
+def field_table(metrics: dict[str, float], prefix: str, title: str) -> Table:
+    """Per field: replies, judge score, strict valid rate, tag rate."""
+    table = Table(title=title)
+    for column in ("field", "replies", "judge score", "valid rate (strict)", "tag rate"):
+        table.add_column(column, justify="left" if column == "field" else "right")
+    for name in FIELD_NAMES:
+        if f"{prefix}/{name}/samples" in metrics:
+            table.add_row(name, f"{metrics[f'{prefix}/{name}/samples']:.0f}", f"{metrics[f'{prefix}/{name}/score']:.3f}",
+                          f"{metrics[f'{prefix}/{name}/valid_rate']:.2f}", f"{metrics[f'{prefix}/{name}/tag_rate']:.2f}")
+    return table
+
+
+def _field_line(result: dict[str, Any], prefix: str = "humanlm") -> str:
+    parts = [f"{name} {result[f'{prefix}/{name}/score']:.3f} (valid {result[f'{prefix}/{name}/valid_rate']:.2f})"
+             for name in FIELD_NAMES if f"{prefix}/{name}/score" in result]
+    failures = result.get(f"{prefix}/judge_failures", 0.0)
+    return "  judge: " + ", ".join(parts) + (f"  judge failures {failures:.0f}" if failures else "")
+
+
+def cli_train_user(args: Any, console: Console) -> int:
+    """Train a user simulator with GRPO on the judge's scores; prints per-field scores each iteration."""
+    from userrl.algorithm import GRPOMultiTurn
+    from userrl.cli import _progress
+
+    config = load_user_config(args.config, args.overrides)
+    if args.resume:
+        config.checkpointing.resume_from = args.resume
+    h = config.humanlm
+    console.print(f"[bold]train-user[/]: mode {h.mode}, judge {h.judge}"
+                  f"{' ' + str(h.judge_llm.get('model')) if h.judge == 'openai' else ''}, validation judge "
+                  f"{h.validation_judge or h.judge}, model {config.policy.model}")
+    algo = GRPOMultiTurn(config)
+    last: dict[str, Any] = {}
+
+    def on_result(result: dict[str, Any]) -> None:
+        _progress(result)
+        if result["phase"] == "rl":
+            last.update(result)
+            console.print(_field_line(result))
+        if result["phase"] == "eval" or "eval/humanlm/groups" in result:
+            console.print(_field_line(result, "eval/humanlm").replace("judge:", "eval judge:"))
+
+    try:
+        results = algo.fit(on_result=on_result)
+        console.print(f"\n[green]done[/]: {len(results)} iterations")
+        if last:
+            console.print(field_table(last, "humanlm", f"last iteration {last['iteration']} (training judge "
+                                      f"{h.judge}, strict parsing)"))
+        console.print(f"MLflow run {algo.mlflow_run_id} in {algo.mlflow_uri}")
+        checkpoints = [r["checkpoint"] for r in results if r.get("checkpoint")]
+        if checkpoints:
+            console.print(f"checkpoint: {checkpoints[-1]}")
+    finally:
+        algo.stop()
+    return 0
+
+
+def run_user_evaluation(config: UserRLConfig, *, checkpoint: str | None = None, split: str | None = None,
+                        max_rows: int | None = None, out: str | None = None) -> dict[str, Any]:
+    """Play the split's items once with the replicas, judge them (validation judge, flexible parsing);
+    returns the summary written to <out>/metrics.json (replies to <out>/replies.jsonl)."""
+    import ray
+
+    from userrl.cluster import init_ray
+    from userrl.coordinator import episode_specs, rollout_metrics
+    from userrl.env_runner_group import EnvRunnerGroup
+    from userrl.envs import load_tasks
+    from userrl.humanlm.env import GYM_NAME, skipped_rows
+    from userrl.humanlm.scoring import HumanLMGroupScorer
+    from userrl.models import resolve_model
+    from userrl.tracking import MLflowTracker
+
+    config = config.with_absolute_paths()
+    split = split or config.evaluation.split
+    if checkpoint:
+        if not (Path(checkpoint) / "meta.json").is_file():
+            raise FileNotFoundError(f"--checkpoint {checkpoint}: not a userrl checkpoint folder (needs meta.json); "
+                                    "pass a folder written by `userrl train-user`")
+        model_path, label = str(Path(checkpoint).resolve() / "model"), Path(checkpoint).resolve().name
+    else:
+        model_path, label = resolve_model(config.policy.model), Path(config.policy.model).name
+    options = config.task_options(GYM_NAME)
+    tasks = load_tasks(GYM_NAME, split, **options)
+    if max_rows is not None:  # the first max_rows rows, every field of each
+        rows = sorted({t.data["row_index"] for t in tasks})[:max_rows]
+        tasks = [t for t in tasks if t.data["row_index"] in set(rows)]
+    specs = episode_specs(tasks, 1, "evaluser")
+    folder = Path(out) if out else config.run_dir / "eval_user" / f"{label}-{split}-T{config.evaluation.temperature:g}"
+    owns_ray = init_ray(config)
+    group = EnvRunnerGroup(config, model_path)
+    scorer = HumanLMGroupScorer(config)
+    try:
+        began = time.perf_counter()
+        trajectories = group.play(specs, seed=config.experiment.seed, temperature=config.evaluation.temperature)
+        seconds = time.perf_counter() - began
+        records: list[dict[str, Any]] = []
+        metrics = scorer.score(specs, trajectories, evaluation=True, records=records)
+    finally:
+        scorer.close()
+        group.stop()
+        if owns_ray:
+            ray.shutdown()
+    metrics.update(rollout_metrics(trajectories, seconds, prefix="eval"))
+    skipped = skipped_rows(split, mode=options["mode"], data_files=options["data_files"], gyms=options["gyms"],
+                           prompt_budget=options["prompt_budget"])
+    metrics.update({f"eval/humanlm/skipped_rows/{reason}": float(n) for reason, n in skipped.items()})
+    aborted = {t.uid: t.error for t in trajectories if t.aborted}
+    summary = {"model": model_path, "checkpoint": checkpoint, "split": split, "mode": options["mode"],
+               "judge": scorer.validation_judge.name, "parsing": "flexible",
+               "temperature": config.evaluation.temperature, "items": len(specs), "aborted": len(aborted),
+               "aborted_errors": sorted(set(aborted.values())), "metrics": metrics}
+    folder.mkdir(parents=True, exist_ok=True)
+    _write_atomic(folder / "replies.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    _write_atomic(folder / "metrics.json", json.dumps(summary, indent=2) + "\n")
+    tracker = MLflowTracker(config, run_name=f"evaluate-user {label}",
+                            tags={"userrl.kind": "user_evaluation", "judge": summary["judge"]})
+    tracker.log_result({k: v for k, v in metrics.items() if math.isfinite(v)}, 0)
+    tracker.client.log_artifact(tracker.run_id, str(folder / "metrics.json"))
+    tracker.finish()
+    summary["out"] = str(folder)
+    summary["mlflow_run_id"] = tracker.run_id
+    return summary
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def cli_evaluate_user(args: Any, console: Console) -> int:
+    """`userrl evaluate-user`: per-field judge scores and valid rates on the test split."""
+    overrides = list(args.overrides)
+    if args.temperature is not None:
+        overrides.append(f"evaluation.temperature={args.temperature}")
+    config = load_user_config(args.config, overrides)
+    summary = run_user_evaluation(config, checkpoint=args.checkpoint, split=args.split, max_rows=args.max_rows,
+                                  out=args.out)
+    metrics = summary["metrics"]
+    console.print(field_table(metrics, "eval/humanlm", f"{summary['split']} split, {summary['items']} items "
+                              f"({summary['mode']}), judge {summary['judge']}, flexible parsing, "
+                              f"T={summary['temperature']:g}"))
+    if "eval/humanlm/score_mean" in metrics:
+        console.print(f"mean judge score {metrics['eval/humanlm/score_mean']:.3f}")
+    for key, value in sorted(metrics.items()):
+        if key.startswith("eval/humanlm/skipped_rows/"):
+            console.print(f"[yellow]skipped[/] {value:.0f} row(s) over humanlm.prompt_budget: "
+                          f"{key.rsplit('/', 1)[1]}")
+    console.print(f"written: {summary['out']}/metrics.json, replies.jsonl; MLflow run {summary['mlflow_run_id']}")
+    if summary["aborted"]:
+        console.print(f"[red]aborted[/] {summary['aborted']} item(s) ({', '.join(summary['aborted_errors'])}): "
+                      f"left out of the scores (exit status {EXIT_ABORTED})")
+        return EXIT_ABORTED
+    return 0

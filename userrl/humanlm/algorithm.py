@@ -1,0 +1,52 @@
+"""Training a user simulator with the agents' machinery: a config builder whose defaults are HumanLM's.
+
+`UserSimulatorConfig` is `GRPOMultiTurnConfig` with a `.humanlm(...)` section and the spec's settings
+(ALGORITHMS.md 5.2 "Training settings") under whatever the caller sets; `build_algo()` gives the same
+`GRPOMultiTurn` (Ray Train FSDP2 learner group, policy replicas, one train loop, MLflow, checkpoints and
+exact resume). What differs is data, not code: the `humanlm` gym's single-turn user-reply tasks, the
+`user_reply` protocol, and the group scorer that judges a group's replies after each rollout.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from userrl.algorithm import GRPOMultiTurnConfig
+from userrl.config import UserRLConfig
+
+#: What `userrl train-user` and UserSimulatorConfig put under a config (the config's own keys win).
+TRAIN_USER_DEFAULTS: dict[str, Any] = {
+    "experiment": {"name": "humanlm"},
+    "env": {"gyms": [{"name": "humanlm"}], "protocol": "user_reply", "max_turns": 1, "max_steps": 1},
+    # n = 4 samples at temperature 0.8; responses up to 512 tokens; validation at 0.4.
+    "policy": {"temperature": 0.8, "max_new_tokens": 512},
+    "training": {"group_size": 4, "lr": 1e-6, "use_kl_loss": True, "kl_loss_coef": 0.001,
+                 "kl_loss_type": "low_var_kl", "entropy_coeff": 0.0, "ppo_epochs": 1},
+    "evaluation": {"temperature": 0.4},
+    "tracking": {"experiment": "humanlm"},
+}
+
+
+def merge_defaults(data: dict[str, Any], defaults: dict[str, Any] = TRAIN_USER_DEFAULTS) -> dict[str, Any]:
+    """data over defaults, section by section (a key data sets wins, lists included)."""
+    out = copy.deepcopy(defaults)
+    for key, value in data.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge_defaults(value, out[key])
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+class UserSimulatorConfig(GRPOMultiTurnConfig):
+    """Builder of a user-simulator (HumanLM) run: `.humanlm(mode=..., judge=...)` plus every section of
+    GRPOMultiTurnConfig; HumanLM's settings fill what is left out."""
+
+    def __init__(self, base: UserRLConfig | dict[str, Any] | None = None):
+        super().__init__(base)
+        self._data = merge_defaults(self._data)
+
+    def humanlm(self, **values: Any) -> UserSimulatorConfig:
+        """Mode (separate_system_prompt | response_only), data files, judges, prompt budget, field weights."""
+        return self._section("humanlm", values)
