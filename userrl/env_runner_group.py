@@ -211,8 +211,8 @@ class EnvRunnerGroup:
         if self._weights is None:  # never synced: the model folder it loaded holds the current weights
             ray.get(replica.set_version.remote(self.version))
         else:
-            if isinstance(self._weights, dict):
-                self._weights = ray.put(self._weights)
+            if isinstance(self._weights, dict):  # views of the sender's buckets: fresh tensors for the store
+                self._weights = ray.put({name: tensor.clone() for name, tensor in self._weights.items()})
             ray.get(replica.load_weights.remote(self._weights, self.version))
         self._close_group()  # the restarted replica is a new process: the group is formed anew with it
 

@@ -130,7 +130,7 @@ class WeightLoader:
 
     def userrl_receive_weights(self, metadata: list, bucket_bytes: int) -> dict[str, float]:
         """Receive the broadcast weights bucket by bucket and load them in place; returns counts and seconds."""
-        from userrl.weight_sync import receive_buckets
+        from userrl.weight_sync import BucketBuffers, receive_buckets
 
         group = getattr(self, "_userrl_group", None)  # set by userrl_join_weight_group on this worker
         if group is None:
@@ -139,7 +139,9 @@ class WeightLoader:
         timings: dict[str, float] = {"receive_s": 0.0}
         metadata = [(name, tuple(shape), dtype) for name, shape, dtype in metadata]
         start = time.perf_counter()
-        self._userrl_reload(receive_buckets(group, metadata, bucket_bytes, device, timings))
+        if getattr(self, "_userrl_buffers", None) is None:  # kept between syncs: fresh memory is slow on CPU
+            self._userrl_buffers = BucketBuffers()
+        self._userrl_reload(receive_buckets(group, metadata, bucket_bytes, device, timings, self._userrl_buffers))
         total = time.perf_counter() - start
         # The reload pulls buckets as it goes: what it did not spend waiting for them is load and repack.
         return {"tensors": float(len(metadata)), "receive_s": timings["receive_s"],
