@@ -6,10 +6,14 @@ and `submit(request)` (one request, a `concurrent.futures.Future`): a PolicyRepl
 turn the moment an episode asks for it and vLLM's scheduler adds it to the running batch (no batch
 barrier). The engine core runs in its own process (vLLM V1), started at construction.
 
-Weights change in place, without restarting the engine: the new state dict is written once to a
-safetensors file in shared memory and every vLLM worker loads it through `reload_weights` (which
-re-runs the kernel-format processing: on CPU the linear layers are repacked, so copying into the
-parameters directly would be wrong), then the prefix cache computed with the old weights is dropped.
+Weights change in place, without restarting the engine, in one of two ways: every vLLM worker joins a
+torch.distributed group with learner rank 0 (`join_weight_group`; gloo on CPU, NCCL on GPU; see
+userrl/weight_sync.py) and receives each sync as a bucketed broadcast (`receive_weights`), or (the
+object-store path: `policy.vllm.weight_sync=object_store`, or a group that could not be formed) the new
+state dict is written once to a safetensors file in shared memory. Either way the workers load the
+tensors through `reload_weights` (which re-runs the kernel-format processing: on CPU the linear layers
+are repacked, so copying into the parameters directly would be wrong) and re-tie a tied head, then the
+prefix cache computed with the old weights is dropped.
 
 An episode's turns (requests sharing a `cache_key`) run as one vLLM streaming-input session: the
 request stays in the engine between turns with its KV cache, and each turn sends only the tokens
