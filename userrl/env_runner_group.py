@@ -125,6 +125,7 @@ class EnvRunnerGroup:
         self._sender: GroupSender | None = None  # the weight-sync group, formed at the first sync
         self._members: dict[int, int] = {}  # replica index -> its workers' first rank in the group
         self._group_refused = pc.vllm.get("weight_sync", "group") != "group"  # or: could not be formed
+        self._group_worked = False  # some sync went through a group
         self.bucket_bytes = DEFAULT_BUCKET_BYTES
         #: How each replica got the last weights ("group" or "object_store"), and that sync's seconds per phase.
         self.sync_paths: dict[int, str] = {}
@@ -258,9 +259,13 @@ class EnvRunnerGroup:
             except (ray.exceptions.RayError, RuntimeError) as failure:
                 error = failure
         if error is not None:
-            log.warning("weight sync through the group failed (%s); this sync goes through the object store, "
-                        "the group is formed anew at the next one", error)
+            # A group that never carried a sync (NCCL between two processes on one GPU, say) would fail the
+            # same way every time: give it up for the run. One that worked lost a member: form it anew.
+            self._group_refused = not self._group_worked
+            log.warning("weight sync through the group failed (%s); this sync goes through the object store, %s",
+                        error, "and every later one" if self._group_refused else "the group is formed anew at the next")
             self._close_group()
+        self._group_worked = self._group_worked or group_ok
         self.last_sync = {**sent.timings, **{key: max(e[key] for e in engine) for key in engine[0]}} if (
             engine) else dict(sent.timings)
         fallback = [i for i in range(len(self.replicas)) if not (group_ok and i in members)]
