@@ -122,6 +122,7 @@ def _rank(rank: int, world: int, port: int, model_path: str, args: argparse.Name
 
     from userrl.config import parse_config
     from userrl.learner import Learner
+    from userrl.weight_sync import DEFAULT_BUCKET_BYTES, BucketBuffers, pack_buckets
 
     cuda = torch.cuda.is_available() and not args.cpu
     if cuda:
@@ -164,11 +165,19 @@ def _rank(rank: int, world: int, port: int, model_path: str, args: argparse.Name
         start = time.perf_counter()
         learner.full_state_dict()
         gather.append(time.perf_counter() - start)
+    # The group path's sending side without the wire: gather tensor by tensor on the device, pack buckets.
+    buffers, bucketed = BucketBuffers(), []
+    for _ in range(3):
+        start = time.perf_counter()
+        sent = pack_buckets(learner.gathered_weights(), DEFAULT_BUCKET_BYTES, buffers=buffers)
+        if cuda:
+            torch.cuda.synchronize()
+        bucketed.append((time.perf_counter() - start, sent.timings))
     peaks, rss = [None] * world, [None] * world
     dist.all_gather_object(peaks, peak)
     dist.all_gather_object(rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)  # KiB -> GiB
     if rank == 0:
-        results.put({"peak": sum(peaks), "seconds": seconds, "advantage_seconds": advantage_seconds, "metrics": metrics, "gather": gather, "rss_gb": max(rss),
+        results.put({"peak": sum(peaks), "seconds": seconds, "advantage_seconds": advantage_seconds, "metrics": metrics, "gather": gather, "bucketed": bucketed[1:], "rss_gb": max(rss),
                      "flops": model_flops_per_update(model_config, args.batch, args.prompt, args.response),
                      "device": torch.cuda.get_device_name(0) if cuda else f"CPU, {os.cpu_count()} cores",
                      "memory_gb": torch.cuda.max_memory_allocated() / 2**30 if cuda else None})
@@ -201,6 +210,7 @@ def main() -> None:
     import torch.multiprocessing as mp
 
     from userrl.models import resolve_model
+    from userrl.weight_sync import DEFAULT_BUCKET_BYTES
 
     if args.architecture:
         args.model = args.architecture + " (random weights)"
@@ -236,7 +246,12 @@ def main() -> None:
             print(f"  {estimator} / {next(iter(runs))}: advantages + update time "
                   f"{(median + min(r['advantage_seconds'])) / base[0]:.2f}x, peak RSS {r['rss_gb'] / base[1]:.2f}x")
     for estimator, r in runs.items():
-        print(f"\n{estimator}: update seconds {', '.join(f'{s:.2f}' for s in r['seconds'])}; "
+        phases = {k: statistics.median(t[k] for _, t in r["bucketed"]) for k in r["bucketed"][0][1]}
+        print(f"\n{estimator}: weight sync's sending side without the wire (gather on the device + pack "
+              f"{DEFAULT_BUCKET_BYTES >> 20} MiB buckets + keep a host copy), median of 2: "
+              f"{statistics.median(s for s, _ in r['bucketed']):.3f} s ("
+              + ", ".join(f"{k} {v:.3f}" for k, v in phases.items()) + ")")
+        print(f"{estimator}: update seconds {', '.join(f'{s:.2f}' for s in r['seconds'])}; "
               f"loss {r['metrics']['loss']:.4f}, grad norm {r['metrics']['grad_norm']:.3f}"
               + (f"; value loss {r['metrics']['critic/value_loss']:.4f}" if "critic/value_loss" in r["metrics"] else "")
               + (f"; peak GPU memory {r['memory_gb']:.1f} GiB" if r["memory_gb"] is not None else ""))
