@@ -133,9 +133,8 @@ def test_a_request_does_not_hop_to_a_worker_thread(server: PortRecordingServer) 
     assert hops == []
 
 
-def test_a_body_that_is_not_a_chat_completion_is_a_malformed_reply(server: PortRecordingServer) -> None:
-    server.default = Reply(raw_body='{"object": "chat.completion"}')
-    client = make_client(server.base_url, attempts=2)
+def judge_once(client: Any) -> Any:
+    """One judge call on a fresh event loop, the client closed after it: (value, RoleCall)."""
 
     async def go() -> Any:
         try:
@@ -143,10 +142,17 @@ def test_a_body_that_is_not_a_chat_completion_is_a_malformed_reply(server: PortR
         finally:
             await client.aclose()
 
-    value, call = asyncio.run(go())
+    return asyncio.run(go())
+
+
+def test_a_body_that_is_not_a_chat_completion_is_a_malformed_reply(server: PortRecordingServer) -> None:
+    server.default = Reply(raw_body='{"object": "chat.completion"}')
+    client = make_client(server.base_url, attempts=2)
+
+    value, call = judge_once(client)
     assert value is None and call.attempts == 2 and call.error == "empty_reply"
     server.default = Reply(raw_body="<html>bad gateway</html>")
-    value, call = asyncio.run(go())
+    value, call = judge_once(client)
     assert value is None and call.error == "malformed_reply"
 
 
@@ -171,12 +177,6 @@ def test_requests_go_through_the_environments_proxy(server: PortRecordingServer,
     monkeypatch.setenv("http_proxy", f"http://127.0.0.1:{server.port}")
     client = make_client("http://role-endpoint.invalid/v1", attempts=1)
 
-    async def go() -> Any:
-        try:
-            return await client.complete_json("judge", "s", "u", dict)
-        finally:
-            await client.aclose()
-
-    value, call = asyncio.run(go())
+    value, call = judge_once(client)
     assert call.ok and value == {"thought": "the story says so", "response": "Yes"}
     assert len(server.requests) == 1
