@@ -12,7 +12,7 @@ from typing import Any
 
 from rich.console import Console
 
-from userrl.config import ConfigError, load_config
+from userrl.config import ConfigError, UserRLConfig, load_config
 
 console = Console()
 
@@ -84,12 +84,25 @@ def _print_curve(results: list[dict[str, Any]], config: Any) -> None:
         console.print(f"learning curve: {path}")
 
 
+def sft_config(path: str | None, overrides: list[str]) -> UserRLConfig:
+    """The config of `userrl sft`: the warm start alone, always written as checkpoint iter_000000.
+
+    A config made for RL may say `checkpointing.every: 0` (no RL checkpoints); the warm start is this
+    command's only product, so it is written anyway.
+    """
+    overrides = ["sft.enabled=true", "training.iterations=0", *overrides]
+    config = load_config(path, overrides)
+    if not config.checkpointing.every:
+        console.print("checkpointing.every=0 in the config: `userrl sft` writes its checkpoint anyway")
+        config = load_config(path, [*overrides, "checkpointing.every=1"])
+    return config
+
+
 def cmd_sft(args: argparse.Namespace) -> int:
     """Only the supervised warm start; writes a checkpoint whose model folder can seed RL."""
-    overrides = ["sft.enabled=true", "training.iterations=0", *args.overrides]
     from userrl.algorithm import GRPOMultiTurn
 
-    config = load_config(args.config, overrides)
+    config = sft_config(args.config, args.overrides)
     algo = GRPOMultiTurn(config)
     try:
         algo.fit(on_result=_progress)

@@ -52,3 +52,14 @@ def test_play_unknown_gym(capsys):
 def test_play_unknown_task_id(capsys):
     assert main(["play", "function", "--task", "func-nope"]) == 2
     assert "no task 'func-nope' in gym 'function'" in capsys.readouterr().out
+
+
+def test_userrl_sft_writes_its_checkpoint_even_when_the_config_says_every_0() -> None:
+    # experiments/estimators.yaml keeps no RL checkpoints (checkpointing.every: 0); `userrl sft` on it once
+    # printed a checkpoint path it had not written.
+    from userrl.cli import sft_config
+
+    config = sft_config("experiments/estimators.yaml", ["sft.episodes=8"])
+    assert config.checkpointing.every == 1
+    assert config.sft.enabled and config.training.iterations == 0 and config.sft.episodes == 8
+    assert sft_config("experiments/quickstart.yaml", ["checkpointing.every=3"]).checkpointing.every == 3
