@@ -46,7 +46,8 @@ def test_play_function_gym_through_the_terminal():
 
 def test_play_unknown_gym(capsys):
     assert main(["play", "fuction"]) == 2
-    assert "did you mean 'function'" in capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # the console wraps long lines at 80 columns
+    assert "did you mean 'function'" in out
 
 
 def test_play_unknown_task_id(capsys):
