@@ -178,7 +178,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name, func, help_text in [("train", cmd_train, "GRPO-multiturn training"),
                                   ("sft", cmd_sft, "supervised warm start only"),
-                                  ("evaluate", cmd_evaluate, "evaluate a policy or checkpoint")]:
+                                  ("evaluate", cmd_evaluate, "evaluate a policy or checkpoint"),
+                                  ("train-user", cmd_train_user,
+                                   "train a user simulator (HumanLM: judge-scored replies and latent states)"),
+                                  ("evaluate-user", cmd_evaluate_user,
+                                   "per-field judge scores and valid rates of a user simulator")]:
         p = sub.add_parser(name, help=help_text)
         p.add_argument("--config", help="YAML config file")
         p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. training.lr=1e-6")
@@ -192,24 +196,15 @@ def build_parser() -> argparse.ArgumentParser:
     play_parser.add_argument("--source", default="builtin", choices=["builtin", "userrl"])
     play_parser.add_argument("--data-root", help="original UserRL data folder (source userrl)")
     play_parser.set_defaults(func=cmd_play)
-    sub.choices["train"].add_argument("--resume", help="checkpoint folder to resume from")
+    for name in ("train", "train-user"):
+        sub.choices[name].add_argument("--resume", help="checkpoint folder to resume from")
     _evaluate_arguments(sub.choices["evaluate"])
-
-    user_parser = sub.add_parser("train-user", help="train a user simulator (HumanLM: judge-scored replies and "
-                                 "latent states)")
-    user_parser.add_argument("--config", help="YAML config file (e.g. experiments/humanlm.yaml)")
-    user_parser.add_argument("--resume", help="checkpoint folder to resume from")
-    user_parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. humanlm.mode=response_only")
-    user_parser.set_defaults(func=cmd_train_user)
-    eval_user = sub.add_parser("evaluate-user", help="per-field judge scores and valid rates of a user simulator")
-    eval_user.add_argument("--config", help="YAML config file (e.g. experiments/humanlm.yaml)")
+    eval_user = sub.choices["evaluate-user"]
     eval_user.add_argument("--checkpoint", help="checkpoint folder (default: the configured policy.model)")
     eval_user.add_argument("--split", help="split to score (default evaluation.split = test)")
     eval_user.add_argument("--max-rows", type=int, help="the first N rows (every field of each)")
     eval_user.add_argument("--temperature", type=float, help="sampling temperature (default evaluation.temperature)")
     eval_user.add_argument("--out", help="output folder (default <output_dir>/<name>/eval_user/<model>-<split>-T<t>)")
-    eval_user.add_argument("overrides", nargs="*", help="dotted overrides")
-    eval_user.set_defaults(func=cmd_evaluate_user)
 
     sweep_parser = sub.add_parser("sweep", help="Ray Tune sweep (e.g. experiments/sweeps/credit_assignment.yaml)")
     sweep_parser.add_argument("sweep_file", help="sweep YAML: base config, grid and Tune settings")
