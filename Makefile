@@ -48,7 +48,7 @@ browser:
 
 test: $(STAMP) $(VLLM_STAMP) browser
 	$(VENV)/bin/ruff check userrl envs algorithms experiments serving tests bench
-	RAY_AUTH_MODE=disabled $(VENV)/bin/pytest -q
+	RAY_AUTH_MODE=disabled $(VENV)/bin/pytest -q --durations=30
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check userrl envs algorithms experiments serving tests bench
