@@ -28,6 +28,11 @@ ACTION_CHOICES: tuple[str, ...] = ("action", "answer", "search", "finish")
 #: The `choice` enum of the interact_with_env tool schema (0.2).
 TOOL_CHOICES: tuple[str, ...] = ("action", "answer", "search")
 
+#: info["tool_call"] of a step of a gym that exposes tools and whose step called one: {"name": the tool's name,
+#: "error": whether the tool returned an error}. A call of no tool the gym has (an unknown name, a call the gym
+#: cannot read) is named INVALID_TOOL_CALL, so a model's invented names never become metric keys.
+INVALID_TOOL_CALL = "invalid_call"
+
 ENDED_FEEDBACK = "The episode has already ended."
 TIMEOUT_FEEDBACK = "The environment did not respond in time; the episode has ended."
 EXCEPTION_FEEDBACK = "The environment failed on this step; the episode has ended."
@@ -219,7 +224,8 @@ class MultiTurnEnv(gymnasium.Env):
     #: The gym's model-backed roles: the keys `role_backends` may name.
     role_names: ClassVar[tuple[str, ...]] = ()
     #: Whether the gym offers its tools as native function calls (`env.protocol: native_tools`); such a gym
-    #: overrides `tool_schemas` and `native_prompt`.
+    #: overrides `tool_schemas` and `native_prompt`, and reports each step that called a tool in info["tool_call"]
+    #: (see INVALID_TOOL_CALL).
     exposes_tools: ClassVar[bool] = False
     #: Whether the gym is a single-turn user-reply task (HumanLM, `env.protocol: user_reply`): its opening is
     #: `native_prompt()`, its step only records the reply, and the reward is written after the rollout by a

@@ -16,6 +16,7 @@ from userrl.config import UserRLConfig
 from userrl.env_runner_group import EnvRunnerGroup, RolloutJob
 from userrl.envs import Task, load_tasks
 from userrl.envs.registry import get_gym
+from userrl.mua_metrics import mua_metrics
 from userrl.trajectory import Trajectory
 
 
@@ -54,8 +55,10 @@ def episode_specs(tasks: list[Task], group_size: int, prefix: str) -> list[Episo
             for g, task in enumerate(tasks) for s in range(group_size)]
 
 
-def rollout_metrics(trajectories: list[Trajectory], seconds: float, prefix: str = "rollout") -> dict[str, float]:
-    """Reward, success, turns, valid actions, stop reasons, tokens/s; per gym too.
+def rollout_metrics(trajectories: list[Trajectory], seconds: float, prefix: str = "rollout",
+                    protocol: str = "") -> dict[str, float]:
+    """Reward, success, turns, valid actions, stop reasons, tokens/s; per gym too; MUA-RL's metrics
+    (`<prefix>/mua/...`, userrl/mua_metrics.py) when `protocol` is native_tools.
 
     Aborted episodes are counted (in all, per gym, with their failed role calls) and left out of every
     mean: a failure is never scored as a 0.
@@ -92,6 +95,8 @@ def rollout_metrics(trajectories: list[Trajectory], seconds: float, prefix: str 
         turns = [turn for t in of_gym for turn in t.turns]
         metrics[f"{prefix}/role_calls/{gym}"] = float(sum(turn.role_calls for turn in turns))
         metrics[f"{prefix}/failed_role_calls/{gym}"] = float(sum(turn.failed_role_calls for turn in turns))
+    if protocol == "native_tools":
+        metrics.update({f"{prefix}/mua/{name}": value for name, value in mua_metrics(trajectories).items()})
     return metrics
 
 
@@ -162,7 +167,7 @@ class RolloutCoordinator:
         done = time.perf_counter()
         # Before the metrics: group-scored trajectories get their rewards (or are aborted) here.
         scored = self.group_scorer.score(pending.specs, trajectories) if self.group_scorer else {}
-        metrics = rollout_metrics(trajectories, done - pending.job.started)
+        metrics = rollout_metrics(trajectories, done - pending.job.started, protocol=self.config.env.protocol)
         metrics.update(scored)
         metrics.update({f"rollout/{name}": count for name, count in self.group.pop_counters().items()})
         metrics["time/rollout_s"] = done - pending.job.started
@@ -181,4 +186,5 @@ class RolloutCoordinator:
         trajectories = self.group.play(specs, seed=self.config.experiment.seed, temperature=temperature)
         seconds = time.perf_counter() - start
         scored = self.group_scorer.score(specs, trajectories, evaluation=True) if self.group_scorer else {}
-        return trajectories, {**rollout_metrics(trajectories, seconds, prefix="eval"), **scored}
+        metrics = rollout_metrics(trajectories, seconds, prefix="eval", protocol=self.config.env.protocol)
+        return trajectories, {**metrics, **scored}

@@ -261,6 +261,9 @@ async def apply_turn(env: MultiTurnEnv, parsed: ParsedTurn, record: TurnRecord,
     calls = info.get("lm_calls") or []
     failed = [call for call in calls if not call.get("ok", True)]
     record.role_calls, record.failed_role_calls = len(calls), len(failed)
+    tool_call = info.get("tool_call")  # gyms that expose tools (MultiTurnEnv.exposes_tools)
+    if isinstance(tool_call, dict):
+        record.tool, record.tool_error = str(tool_call.get("name", "")), bool(tool_call.get("error", False))
     error = info.get("error")
     if not error and failed and limits.role_failure == "abort":
         # The gym's fallback stood in for the user or judge: the step's reward is not the role's verdict.

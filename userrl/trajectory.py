@@ -31,6 +31,10 @@ class TurnRecord:
     #: Calls of the env step to model-backed roles (simulated user, oracle, judge), and those that failed.
     role_calls: int = 0
     failed_role_calls: int = 0
+    #: The tool the step called and whether it returned an error, as a gym that exposes tools reports them
+    #: (info["tool_call"]; a call of no tool the gym has is named userrl.envs.base.INVALID_TOOL_CALL).
+    tool: str = ""
+    tool_error: bool = False
 
 
 @dataclass

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 from gymnasium import spaces
 
-from userrl.envs.base import BOOL_SPACE, MAX_FEEDBACK_CHARS, MultiTurnEnv, Task, text_space
+from userrl.envs.base import BOOL_SPACE, INVALID_TOOL_CALL, MAX_FEEDBACK_CHARS, MultiTurnEnv, Task, text_space
 from userrl.envs.tau.customer import (
     FALLBACK_REPLY,
     GREETING,
@@ -130,6 +130,7 @@ class TauEnv(MultiTurnEnv):
         self.invalid_tool_calls = 0
         self.tool_errors = 0
         self.customer_failures = 0
+        self.step_tool_call: dict[str, Any] | None = None
         self.customer: ScriptedCustomer | None = None
         if self.role_backends[CUSTOMER_ROLE] == "scripted":
             user = (
@@ -153,6 +154,8 @@ class TauEnv(MultiTurnEnv):
             "invalid_tool_calls": self.invalid_tool_calls,
             "tool_errors": self.tool_errors,
             "customer_failures": self.customer_failures,
+            # This step's tool call (MultiTurnEnv.exposes_tools): {"name", "error"}, None when it called none.
+            "tool_call": self.step_tool_call,
             "db_match": None,
             "outputs_match": None,
             "missing_outputs": None,
@@ -179,6 +182,7 @@ class TauEnv(MultiTurnEnv):
         self, choice: str, content: str
     ) -> tuple[str, float, bool, dict[str, Any], dict[str, Any]]:
         base, terminated = 0.0, False
+        self.step_tool_call = None
         if choice == "search":
             feedback = self._search(content)
         elif choice == "action":
@@ -248,17 +252,16 @@ class TauEnv(MultiTurnEnv):
     def _tool_call(self, content: str) -> tuple[str, bool]:
         """Run one tool call: (observation, whether the tool ends the episode)."""
         call = parse_tool_call(content)
-        if call is None:
+        tool = domain_tools(self._data["domain"]).get(call.name) if call is not None else None
+        if call is None or tool is None:
             self.invalid_tool_calls += 1
-            return INVALID_TOOL_FORMAT, False
-        tool = domain_tools(self._data["domain"]).get(call.name)
-        if tool is None:
-            self.invalid_tool_calls += 1
-            return unknown_action(call.name), False
+            self.step_tool_call = {"name": INVALID_TOOL_CALL, "error": True}
+            return (INVALID_TOOL_FORMAT if call is None else unknown_action(call.name)), False
         self.tool_calls += 1
         observation = run_tool(self.db, call.name, call.arguments)
-        if observation.startswith(ERROR_PREFIX):
-            self.tool_errors += 1
+        error = observation.startswith(ERROR_PREFIX)
+        self.tool_errors += error
+        self.step_tool_call = {"name": call.name, "error": error}
         return observation, tool.terminal
 
     def _close_impl(self) -> None:

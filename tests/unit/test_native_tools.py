@@ -14,6 +14,7 @@ from transformers import AutoTokenizer
 from userrl.chat import NATIVE_IGNORED_CALL_NOTICE, NATIVE_TOOL_INSTRUCTIONS, ChatFormat, parse_native_tools
 from userrl.engines.base import GenerationOutput, GenerationRequest
 from userrl.envs import GYMS, MultiTurnEnv, Task, load_tasks, make_env, make_solver
+from userrl.envs.base import INVALID_TOOL_CALL
 from userrl.envs.llm import RoleCall
 from userrl.envs.tau.customer import GREETING, STOP_TOKEN
 from userrl.envs.tau.env import CUSTOMER_GONE
@@ -144,6 +145,9 @@ def test_solver_episode_masks_match_the_table_token_by_token(tokenizer):
     # tool results are role 3, customer replies role 1, both after an assistant turn and outside the loss
     for turn, message in zip(traj.turns, [m for m in traj.messages[2:] if m["role"] != "assistant"], strict=True):
         assert message["role"] == ("user" if turn.choice == "action" else "tool") and turn.executed
+        # tool turns name the tool they ran, and the solver's calls never err
+        assert turn.tool == ("" if turn.choice == "action" else json.loads(turn.content)["name"])
+        assert not turn.tool_error
     assert STOP_TOKEN in traj.messages[-1]["content"] and traj.messages[-1]["role"] == "user"
     assert {ROLE_IDS["tool"], ROLE_IDS["user"]} <= set(traj.role_ids[traj.prompt_len:])
 
@@ -244,7 +248,13 @@ def test_bad_tool_calls_get_the_tool_error_and_the_episode_goes_on(tokenizer, te
     info = model.results[0].info
     assert info["error"] is None and info["tool_calls"] + info["invalid_tool_calls"] == 1
     assert (info["tool_errors"] == 1) == feedback.startswith("Error")
+    # The turn record names the tool and its error (MUA-RL's metrics); an unknown name is no tool of the domain.
+    name = json.loads(first.content)["name"]
+    assert info["tool_call"] == {"name": name if name in domain_tools("retail") else INVALID_TOOL_CALL, "error": True}
+    assert (first.tool, first.tool_error) == (info["tool_call"]["name"], True)
     assert traj.turns[1].choice == "action" and traj.messages[5]["role"] == "user"  # the episode went on
+    assert (traj.turns[1].tool, traj.turns[1].tool_error) == ("", False)
+    assert model.results[1].info["tool_call"] is None  # a customer message calls no tool
     assert traj.stop_reason == "no_tool_call" and len(traj.turns) == 3  # the third, empty message ends it
 
 

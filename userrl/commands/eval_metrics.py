@@ -164,7 +164,8 @@ def summarize(frame: pl.DataFrame) -> dict[str, Any]:
 
 
 def flat_metrics(summary: Mapping[str, Any], prefix: str = "eval") -> dict[str, float]:
-    """`eval/<gym>/<metric>`, `eval/travel/<subset>/<metric>`, `eval/overall`, `eval/core` (numbers only)."""
+    """`eval/<gym>/<metric>`, `eval/travel/<subset>/<metric>`, `eval/overall`, `eval/core`, `eval/mua/<metric>`
+    (numbers only)."""
     flat: dict[str, float] = {}
 
     def put(key: str, value: Any) -> None:
@@ -181,4 +182,6 @@ def flat_metrics(summary: Mapping[str, Any], prefix: str = "eval") -> dict[str, 
                 put(f"{prefix}/{gym}/{name}", value)
     for name in ("overall", "core", "episodes", "aborted"):
         put(f"{prefix}/{name}", summary.get(name))
+    for name, value in summary.get("mua", {}).items():  # MUA-RL's metrics (native_tools, userrl/mua_metrics.py)
+        put(f"{prefix}/mua/{name}", value)
     return flat

@@ -29,9 +29,10 @@ from rich.table import Table
 
 from userrl.actors.env_runner import EpisodeSpec
 from userrl.commands.eval_metrics import EPISODE_SCHEMA, TRAVEL, flat_metrics, summarize
-from userrl.config import GymSpec, UserRLConfig, load_config
+from userrl.config import GymSpec, UserRLConfig, apply_overrides, parse_config, read_yaml_mapping
 from userrl.envs import GYMS, Task, load_tasks
-from userrl.trajectory import Trajectory
+from userrl.mua_metrics import mua_metrics
+from userrl.trajectory import Trajectory, TurnRecord
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ KEY = ("gym", "item_key", "pass_index")
 CHUNK_SIZE = 8
 #: What must match for shards in an output folder to be reused.
 FINGERPRINT_KEYS = ("policy", "temperature", "protocol", "max_turns", "max_steps", "max_new_tokens",
-                    "max_model_len", "backend", "split", "seed", "show_reward_in_feedback")
+                    "max_model_len", "backend", "split", "seed", "show_reward_in_feedback", "openai_tools")
 
 
 @dataclass
@@ -172,7 +173,8 @@ def fingerprint(config: UserRLConfig, label: str) -> dict[str, Any]:
             "max_turns": ec.max_turns, "max_steps": ec.max_steps,
             "max_new_tokens": config.evaluation.openai_max_tokens if label.startswith("openai:") else pc.max_new_tokens,
             "max_model_len": pc.max_model_len, "backend": ec.backend, "split": config.evaluation.split,
-            "seed": config.experiment.seed, "show_reward_in_feedback": ec.show_reward_in_feedback}
+            "seed": config.experiment.seed, "show_reward_in_feedback": ec.show_reward_in_feedback,
+            "openai_tools": config.evaluation.openai_tools if label.startswith("openai:") else None}
 
 
 def _write_atomic(path: Path, write: Callable[[Path], Any]) -> None:
@@ -216,6 +218,14 @@ def episode_row(traj: Trajectory, episode: Episode, seed: int, temperature: floa
         "policy": label, "turns": json.dumps(turns), "messages": json.dumps(traj.messages),
         "written_at": time.time(),
     }
+
+
+def episode_trajectories(frame: pl.DataFrame) -> list[Trajectory]:
+    """Episode rows back as trajectories with their turn records; an item's passes form one group."""
+    return [Trajectory(uid=row["uid"] or "", group_id=f"{row['gym']}/{row['item_key']}", env_name=row["gym"],
+                       item_key=row["item_key"], aborted=bool(row["aborted"]),
+                       turns=[TurnRecord(**turn) for turn in json.loads(row["turns"] or "[]")])
+            for row in frame.iter_rows(named=True)]
 
 
 def rows_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
@@ -296,7 +306,8 @@ def _play_openai(config: UserRLConfig, policy: str, chunks: list[list[Episode]],
     limits = rollout_limits(config, ev.temperature)
 
     async def run() -> None:
-        client = OpenAIPolicy(parse_policy(policy), ec.protocol, ev.openai_max_tokens, ev.openai_timeout_s)
+        client = OpenAIPolicy(parse_policy(policy), ec.protocol, ev.openai_max_tokens, ev.openai_timeout_s,
+                              tools=ev.openai_tools)
         player = OpenAIEpisodePlayer(client, limits, env_kwargs(config), ev.concurrency, ec.backend, ec.llm)
 
         async def one(index: int) -> tuple[int, list[Trajectory]]:
@@ -372,6 +383,8 @@ def run_evaluation(config: UserRLConfig, *, checkpoint: str | None = None, polic
         schema={"gym": pl.String, "item_key": pl.String, "pass_index": pl.Int64, "_order": pl.Int64}, orient="row")
     frame = read_shards(out).join(keys, on=list(KEY), how="inner").sort("_order").drop("_order")
     summary = summarize(frame)
+    if config.env.protocol == "native_tools":  # MUA-RL's metrics; with one pass every item is a group of one
+        summary["mua"] = mua_metrics(episode_trajectories(frame))
     seconds = time.perf_counter() - start
     report = {"policy": label, "kind": kind, "passes": ev.passes, "temperature": ev.temperature,
               "max_episodes_per_gym": ev.max_episodes_per_gym, "split": ev.split, **summary,
@@ -433,12 +446,47 @@ def print_summary(result: EvalResult, console: Console) -> None:
             sub.add_row(name, str(m["items"]), _fmt(m["micro_avg"]), _fmt(m["micro_max"]),
                         _fmt(m["avg_number_of_1"]), _fmt(m["avg_number_of_08"]), _fmt(m["aspect_score"]))
         console.print(sub)
+    if summary.get("mua"):
+        print_mua(summary["mua"], console)
     console.print(f"[bold]overall[/] (task scores weighted by items): {_fmt(summary['overall'])}   "
                   f"core (mean of gym mean returns): {_fmt(summary['core'])}")
     console.print(f"played {result.played} episodes, reused {result.reused} from earlier shards, "
                   f"{summary['aborted']} aborted (excluded); {result.seconds:.1f}s")
     console.print(f"results: {result.out / 'episodes.parquet'}, {result.out / 'metrics.json'}; "
                   f"MLflow run {result.mlflow_run_id}")
+
+
+def print_mua(metrics: dict[str, float], console: Console) -> None:
+    """MUA-RL's metrics (userrl/mua_metrics.py): the batch's numbers, then one row per tool."""
+    batch = {name: value for name, value in metrics.items() if "/" not in name}
+    table = Table(title="MUA-RL (native tools; a group is an item's passes; tool calls and customer messages "
+                  "per episode)")
+    for name in batch:
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_row(*(f"{value:g}" if name == "groups" else _fmt(value) for name, value in batch.items()))
+    console.print(table)
+    tools = [name.removeprefix("tool_calls/") for name in metrics if name.startswith("tool_calls/")]
+    if tools:
+        table = Table(title="MUA-RL tool calls")
+        for column in ("tool", "calls", "error rate"):
+            table.add_column(column, justify="left" if column == "tool" else "right", no_wrap=True)
+        for tool in tools:
+            table.add_row(tool, f"{metrics[f'tool_calls/{tool}']:g}", _fmt(metrics.get(f"tool_error_rate/{tool}")))
+        console.print(table)
+
+
+def evaluation_config(path: str | None, overrides: list[str], gyms: str | None) -> UserRLConfig:
+    """The config, with `--gyms` (a comma list) as its env.gyms before it is checked, so that it is checked
+    against the gyms evaluated (`--gyms tau env.protocol=native_tools` with the default gyms, which have no
+    tools); a gym the config names keeps its settings there. `--gyms all` leaves env.gyms as it is."""
+    data = apply_overrides(read_yaml_mapping(path) if path is not None else {}, overrides)
+    names = [name.strip() for name in (gyms or "").split(",") if name.strip()]
+    if names and gyms is not None and gyms.strip() != "all":
+        env = data.setdefault("env", {})
+        configured = {spec["name"]: spec for spec in env.get("gyms") or []
+                      if isinstance(spec, dict) and isinstance(spec.get("name"), str)}
+        env["gyms"] = [configured.get(name, {"name": name}) for name in dict.fromkeys(names)]
+    return parse_config(data)
 
 
 def _flag_overrides(args: Any) -> list[str]:
@@ -459,7 +507,7 @@ def _flag_overrides(args: Any) -> list[str]:
 
 def cli_evaluate(args: Any, console: Console) -> int:
     """`userrl evaluate`: flags override the config's evaluation section; prints the metrics table."""
-    config = load_config(args.config, [*args.overrides, *_flag_overrides(args)])
+    config = evaluation_config(args.config, [*args.overrides, *_flag_overrides(args)], args.gyms)
     try:
         result = run_evaluation(config, checkpoint=args.checkpoint, policy=args.policy, gyms=args.gyms,
                                 out=args.out, console=console)
