@@ -1,10 +1,12 @@
 """Seeded generator of the builtin FrozenLake maps; `python -m userrl.envs.frozenlake.generate` rewrites them.
 
 Like gymnasium's `generate_random_map`, every cell is frozen with probability FROZEN_P and a map is kept
-only when a hole-free path joins S and G; unlike it, S and G are placed anywhere (at least the board's
-side apart in Manhattan distance) and the draws come from Python's `random.Random`, whose sequence is
-stable across versions, so `--check` holds everywhere. Levels: 0 is 4x4, 1 is 5x5, 2 is 6x6. Maps are
-unique across the whole set, so no test map appears in train.
+only when a hole-free path joins S and G; unlike it, S and G are placed anywhere and the draws come from
+Python's `random.Random`, whose sequence is stable across versions, so `--check` holds everywhere.
+Levels: 0 is 4x4 with S and G anywhere, as RAGEN draws its maps (so some paths are one or two moves: a
+small model finds the goal by chance, which gives RL a signal), 1 is 5x5 and 2 is 6x6 with S and G at
+least the board's side apart in Manhattan distance. Maps are unique across the whole set, so no test map
+appears in train.
 """
 
 from __future__ import annotations
@@ -23,14 +25,16 @@ GENERATOR_SEED = 20250720
 PER_LEVEL = 135
 TEST_FRACTION = 0.2
 FROZEN_P = 0.8
+#: Level -> the least Manhattan distance between S and G.
+MIN_START_GOAL_DISTANCE: dict[int, int] = {0: 1, 1: 5, 2: 6}
 
 
-def random_map(size: int, rnd: random.Random) -> tuple[list[str], int] | None:
+def random_map(size: int, min_distance: int, rnd: random.Random) -> tuple[list[str], int] | None:
     """One random size x size map and its shortest path length; None without holes or a path from S to G."""
     cells = [(r, c) for r in range(size) for c in range(size)]
     while True:
         start, goal = rnd.sample(cells, 2)
-        if abs(start[0] - goal[0]) + abs(start[1] - goal[1]) >= size:
+        if abs(start[0] - goal[0]) + abs(start[1] - goal[1]) >= min_distance:
             break
     grid = [["F" if rnd.random() < FROZEN_P else "H" for _ in range(size)] for _ in range(size)]
     grid[start[0]][start[1]], grid[goal[0]][goal[1]] = "S", "G"
@@ -46,7 +50,7 @@ def generate_level(level: int, count: int, rnd: random.Random, seen: set[tuple[s
     for _ in range(count * 200):
         if len(out) == count:
             return out
-        found = random_map(LEVEL_SIZES[level], rnd)
+        found = random_map(LEVEL_SIZES[level], MIN_START_GOAL_DISTANCE[level], rnd)
         if found is None or tuple(found[0]) in seen:
             continue
         desc, shortest = found
