@@ -439,9 +439,11 @@ class CriticConfig(_Section):
 
 
 class SFTConfig(_Section):
-    enabled: bool = Field(False, description="Warm start with SFT on solver demonstrations before RL.")
-    source: Literal["solver", "file"] = Field(
-        "solver", description="solver: demonstrations played by each gym's scripted solver; file: JSONL at sft.path.")
+    enabled: bool = Field(False, description="Warm start with SFT on demonstrations (sft.source) before RL.")
+    source: Literal["solver", "file", "rows"] = Field(
+        "solver", description="solver: demonstrations played by each gym's scripted solver; file: JSONL at sft.path; "
+        "rows: the humanlm rows' real replies (and ground-truth latent states) in the strict tag format, for "
+        "env.protocol=user_reply (`userrl train-user` sets it).")
     path: str | None = Field(None, description="JSONL of demonstrations (source: file).")
     episodes: int = Field(256, ge=1, description="Solver demonstrations to play (source: solver).")
     epochs: int = Field(2, ge=1, description="Passes over the demonstrations.")
@@ -541,9 +543,11 @@ class UserRLConfig(_Section):
             raise ValueError(
                 "sft.enabled=true is not available with env.protocol=native_tools yet (demonstrations are "
                 "rendered for bracket/tool_call); set sft.enabled=false or env.protocol=tool_call")
-        if self.sft.enabled and self.env.protocol == "user_reply":
-            raise ValueError("sft.enabled=true has no demonstrations for env.protocol=user_reply (HumanLM trains "
-                             "with RL from the base model); set sft.enabled=false")
+        if self.sft.enabled and (self.env.protocol == "user_reply") != (self.sft.source == "rows"):
+            raise ValueError(
+                f"sft.source={self.sft.source} with env.protocol={self.env.protocol}: a user-reply task is warm "
+                "started from its rows (sft.source=rows, what `userrl train-user` sets) and only it is; set "
+                "sft.source=rows with env.protocol=user_reply, else solver or file")
         if self.training.uses_critic and not self.critic.mask_obs and self.env.max_turns == 1:
             raise ValueError(
                 "critic.mask_obs=false trains the critic on env tokens between agent turns, but env.max_turns=1 "

@@ -14,15 +14,23 @@ from userrl.trajectory import ROLE_IDS, Trajectory, TurnRecord
 
 
 def trajectory_from_messages(messages: list[dict[str, str]], chat: ChatFormat, uid: str = "demo",
-                             env_name: str = "", item_key: str = "") -> Trajectory:
-    """Tokenize [system, user, (assistant, tool+)*] the way the rollout would have sampled it."""
+                             env_name: str = "", item_key: str = "", prompt_messages: int = 2) -> Trajectory:
+    """Tokenize [system, user, (assistant, tool+)*] the way the rollout would have sampled it.
+
+    The first `prompt_messages` messages are the episode's opening, outside the loss (2 for an agent's
+    [system, user]; a user-reply task's whole persona prompt + context). A sampled message ends with the
+    end-of-turn token, unless it ends with one of the protocol's stop strings: the rollout cuts a reply
+    there (user_reply: after a field's closing tag), so the demonstration ends there too.
+    """
     if [m["role"] for m in messages[:2]] != ["system", "user"]:
         raise ValueError(f"demonstration {uid}: messages must start with system, user")
+    if not 2 <= prompt_messages < len(messages) + 1:
+        raise ValueError(f"demonstration {uid}: prompt_messages={prompt_messages} must be in [2, {len(messages)}]")
     traj = Trajectory(uid=uid, group_id=uid, env_name=env_name, item_key=item_key, messages=list(messages))
-    for ids, role in chat.encode_prompt(list(messages[:2])):
+    for ids, role in chat.encode_prompt(list(messages[:prompt_messages])):
         traj.append(ids, role)
     traj.prompt_len = len(traj.input_ids)
-    rest, turn = messages[2:], -1
+    rest, turn = messages[prompt_messages:], -1
     i = 0
     while i < len(rest):
         message = rest[i]
@@ -32,7 +40,9 @@ def trajectory_from_messages(messages: list[dict[str, str]], chat: ChatFormat, u
         traj.turn_starts.append(traj.response_len)
         if turn > 0:
             traj.append(chat.header_ids, ROLE_IDS["assistant"], turn=turn)
-        sampled = chat._encode(message["content"]) + [chat.tokenizer.eos_token_id]
+        content = message["content"]
+        stopped = any(content.endswith(stop) for stop in chat.stop_strings)
+        sampled = chat._encode(content) + ([] if stopped else [chat.tokenizer.eos_token_id])
         traj.append(sampled, ROLE_IDS["assistant"], sampled=True, turn=turn)
         record = TurnRecord(n_sampled=len(sampled))
         traj.turns.append(record)
@@ -103,6 +113,44 @@ def _solver_messages(task: Task, chat: ChatFormat, rng: np.random.Generator, max
         return messages, episode_return
     finally:
         env.close()
+
+
+def user_reply_demonstrations(tasks: list[Task], chat: ChatFormat, episodes: int,
+                              seed: int = 0) -> list[Trajectory]:
+    """Demonstrations of the user-reply task (sft.source=rows): each item's prompt exactly as the task
+    renders it (the field's persona-bearing system prompt + the row's context), and as the reply the row's
+    ground truth in the strict format, `<field>value</field>` (userrl/humanlm/format.demonstration_target).
+
+    The target is the row's real reply for the response field and its ground-truth latent state for a
+    latent field; items of a latent field the row has no ground truth for are left out (nothing is made
+    up). `episodes` demonstrations are drawn from a seeded shuffle of the rest, cycling when there are fewer.
+    """
+    from userrl.humanlm.format import demonstration_target
+    from userrl.humanlm.row import Row
+
+    if chat.protocol != "user_reply":
+        raise ValueError(f"sft.source=rows demonstrates user replies: it needs env.protocol=user_reply, "
+                         f"not {chat.protocol}")
+    usable: list[tuple[Task, str]] = []
+    for task in tasks:
+        if "row" not in task.data or "field" not in task.data:
+            raise ValueError(f"sft.source=rows: task {task.gym}:{task.item_key} is not a user-reply item "
+                             "(the humanlm gym's tasks are)")
+        target = demonstration_target(Row.from_record(task.data["row"], task.item_key), task.data["field"])
+        if target is not None:
+            usable.append((task, target))
+    if not usable:
+        raise ValueError(f"sft.source=rows: none of the {len(tasks)} items has a ground truth for its field; "
+                         "use humanlm.mode=response_only (every row has its real reply)")
+    order = np.random.default_rng(seed).permutation(len(usable))
+    demos = []
+    for n in range(episodes):
+        task, target = usable[int(order[n % len(usable)])]
+        messages = [dict(m) for m in task.data["messages"]]
+        demos.append(trajectory_from_messages(messages + [{"role": "assistant", "content": target}], chat,
+                                              uid=f"demo-{n}", env_name=task.gym, item_key=task.item_key,
+                                              prompt_messages=len(messages)))
+    return demos
 
 
 def file_demonstrations(path: str | Path, chat: ChatFormat) -> list[Trajectory]:

@@ -31,7 +31,7 @@ from userrl.config import UserRLConfig
 from userrl.coordinator import PendingRollout, RolloutCoordinator
 from userrl.faults import FaultInjector
 from userrl.learner import CRITIC_DIR, Learner
-from userrl.sft import file_demonstrations, solver_demonstrations
+from userrl.sft import file_demonstrations, solver_demonstrations, user_reply_demonstrations
 from userrl.trajectory import Trajectory
 
 
@@ -127,6 +127,9 @@ def _sft_phase(config: UserRLConfig, learner: Learner, coordinator: RolloutCoord
     if learner.rank == 0:
         if sft.source == "file":
             demos = file_demonstrations(sft.path, chat)
+        elif sft.source == "rows":
+            tasks = [t for gym_tasks in coordinator.train_tasks.tasks for t in gym_tasks]
+            demos = user_reply_demonstrations(tasks, chat, sft.episodes, seed=config.experiment.seed)
         else:
             tasks = [t for gym_tasks in coordinator.train_tasks.tasks for t in gym_tasks]
             demos = solver_demonstrations(tasks, chat, sft.episodes, seed=config.experiment.seed,

@@ -16,7 +16,7 @@ from userrl.engines.base import GenerationOutput, GenerationRequest
 from userrl.humanlm.algorithm import TRAIN_USER_DEFAULTS, UserSimulatorConfig, merge_defaults
 from userrl.humanlm.fields import FIELD_NAMES
 from userrl.humanlm.judge import JudgeOutcome
-from userrl.rollout import RolloutLimits, TokenPolicy, cut_at_stop_strings, run_episode
+from userrl.rollout import RolloutLimits, TokenPolicy, cut_at_stop_strings, new_trajectory, run_episode
 
 # userrl.humanlm.env registers the gym when first asked for (envs/registry.EXTERNAL_GYMS); importing it at
 # module level here would add `humanlm` to GYMS before the agent gyms' parametrized tests are collected.
@@ -61,8 +61,11 @@ def test_config_errors_name_the_key_and_the_fix():
         parse_config(merge_defaults({"humanlm": {"mode": "sequential"}}))
     with pytest.raises(ConfigError, match="unknown field\\(s\\) \\['tone'\\]"):
         parse_config(merge_defaults({"humanlm": {"field_weights": {"tone": 1.0}}}))
-    with pytest.raises(ConfigError, match="sft.enabled=true has no demonstrations"):
-        parse_config(merge_defaults({"sft": {"enabled": True}}))
+    with pytest.raises(ConfigError, match="set sft.source=rows with env.protocol=user_reply"):
+        parse_config(merge_defaults({"sft": {"enabled": True, "source": "solver"}}))
+    with pytest.raises(ConfigError, match="sft.source=rows with env.protocol=tool_call"):
+        parse_config({"policy": {"model": "tiny-random"}, "sft": {"enabled": True, "source": "rows"}})
+    assert _config().sft.source == "rows" and parse_config(merge_defaults({"sft": {"enabled": True}})).sft.enabled
 
 
 def test_builder_fills_humanlm_settings_and_keeps_the_callers():
@@ -230,3 +233,34 @@ def test_evaluation_scores_flexible_parses_with_the_validation_judge(tokenizer):
     assert metrics["eval/humanlm/response/valid_rate"] == 0.0  # neither is a strict parse
     assert metrics["eval/humanlm/response/tag_rate"] == 0.5
     assert {r["judge"] for r in records} == {"scripted"} and len(records) == 2
+
+
+def test_sft_demonstrations_are_the_rows_real_replies_in_the_strict_format(tokenizer):
+    """sft.source=rows: the prompt the rollout renders for the item, then the row's ground truth as the one
+    tag block of the item's field (no end-of-turn token: the rollout cuts a reply after its closing tag)."""
+    from userrl.envs import make_env
+    from userrl.sft import user_reply_demonstrations
+
+    chat = ChatFormat(tokenizer, "user_reply")
+    task = _tasks(_config(mode="response_only"), "test")[0]  # the first Persuade test row, turn 1
+    (demo,) = user_reply_demonstrations([task], chat, episodes=1)
+    demo.check()
+    trained = [t for t, m in zip(demo.input_ids, demo.loss_mask, strict=True) if m]
+    assert tokenizer.decode(trained) == ("<response>I am not convinced yet. I would need evidence. You have not "
+                                         "addressed my argument.</response>")
+    # The prompt is token for token what the rollout renders for this item (TokenPolicy.start).
+    rollout = new_trajectory(task, "r", "r")
+    TokenPolicy(chat, None).start(rollout, task, make_env("humanlm", task))
+    assert demo.input_ids[: demo.prompt_len] == rollout.input_ids
+    # separate_system_prompt: a latent field's item is demonstrated with the row's ground-truth state; the
+    # fields our gyms know nothing of (emotion, belief) give no demonstration rather than a made-up one.
+    separate = _tasks(_config(), "test")
+    first_persuade = next(t.data["row"]["extra_info"]["target_id"] for t in separate if t.gym == "humanlm"
+                          and t.data["row"]["extra_info"]["gym"] == "persuade")
+    by_field = {t.data["field"]: t for t in separate if t.data["row"]["extra_info"]["target_id"] == first_persuade}
+    demos = user_reply_demonstrations([by_field["stance"], by_field["emotion"], by_field["belief"]], chat, 3)
+    texts = {tokenizer.decode([t for t, m in zip(d.input_ids, d.loss_mask, strict=True) if m]) for d in demos}
+    claim = "Cash should be phased out in favor of digital payments"
+    assert texts == {f'<stance>Strongly Agree toward the claim "{claim}"; unchanged</stance>'}
+    with pytest.raises(ValueError, match="use humanlm.mode=response_only"):
+        user_reply_demonstrations([by_field["emotion"]], chat, 1)

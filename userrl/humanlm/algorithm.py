@@ -24,6 +24,8 @@ TRAIN_USER_DEFAULTS: dict[str, Any] = {
     "training": {"group_size": 4, "lr": 1e-6, "use_kl_loss": True, "kl_loss_coef": 0.001,
                  "kl_loss_type": "low_var_kl", "entropy_coeff": 0.0, "ppo_epochs": 1},
     "evaluation": {"temperature": 0.4},
+    # The warm start (off unless sft.enabled): the rows' real replies in the strict tag format.
+    "sft": {"source": "rows"},
     "tracking": {"experiment": "humanlm"},
 }
 

@@ -75,6 +75,15 @@ def tag_block(field_name: str, value: str) -> str:
     return f"{f.open_tag}{value}{f.close_tag}"
 
 
+def demonstration_target(row: Row, field_name: str) -> str | None:
+    """The supervised target of (row, field) in the strict format: the field's one tag block holding the
+    row's real reply (response) or its ground-truth latent state; None when the row has no ground truth for
+    that field (real data has no latent states; our gyms' rows have some, data.py lists which)."""
+    name = get_field(field_name).name
+    value = row.ground_truth if name == RESPONSE else row.latent_states.get(name)
+    return tag_block(name, value.strip()) if value and value.strip() else None
+
+
 def field_messages(
     row: Row, field_name: str, prefix_blocks: Sequence[tuple[str, str]] = ()
 ) -> list[dict[str, str]]:
