@@ -59,6 +59,7 @@ def test_report_tables_and_curves(tmp_path, capsys):
             assert image.format == "PNG" and image.width > 600
     # no run has a critic: no critic figure, columns or history rows, no critic settings
     assert not (out / "critic.png").exists() and "Critic" not in page and "critic." not in page
+    assert "MUA-RL" not in page  # no run was played with env.protocol native_tools
     assert "value loss final" not in runs.columns
     assert not pl.read_csv(out / "history.csv").filter(pl.col("key").str.starts_with("critic.")).height
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mlflow.db", "report"]  # no staging left
@@ -131,3 +132,66 @@ def test_report_of_runs_with_the_same_settings(tmp_path):
     assert main(["report", "--experiment", "one", "--tracking-uri", uri, "--out", str(out)]) == 0
     runs = pl.read_csv(out / "runs.csv")
     assert runs.filter(pl.col("label") == "turn_credit=equalized").row(0, named=True)["reward final"] == 0.25
+
+
+def _native_tools_store(tmp_path):
+    """A native_tools run logging MUA-RL's metrics (keys as the tracker writes them) and a run without them."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("mua")
+    run = client.create_run(experiment, run_name="protocol=native_tools").info.run_id
+    steps = {
+        1: {"groups": 4, "groups_all_correct": 0.25, "groups_all_wrong": 0.5, "groups_mixed": 0.25,
+            "tool_calls_mean": 2.0, "customer_messages_mean": 1.5, "tool_call_share": 4 / 7, "tool_error_rate": 0.25,
+            "distinct_1": 0.5, "tool_calls.get_user_details": 6, "tool_error_rate.get_user_details": 0.5,
+            "tool_calls.think": 2, "tool_error_rate.think": 0.0},
+        # no tool_call_share at the last batch, and `think` was not called: neither may show a stale value
+        2: {"groups": 4, "groups_all_correct": 0.5, "groups_all_wrong": 0.25, "groups_mixed": 0.25,
+            "tool_calls_mean": 1.0, "customer_messages_mean": 2.0, "tool_error_rate": 0.1, "distinct_1": 0.6,
+            "distinct_2": 0.8, "tool_calls.get_user_details": 4, "tool_error_rate.get_user_details": 0.25},
+    }
+    metrics = [Metric(f"rollout.mua.{name}", float(value), 0, step)
+               for step, values in steps.items() for name, value in values.items()]
+    metrics += [Metric("rollout.reward_mean", 0.5, 0, step) for step in steps]
+    metrics += [Metric("eval.mua.groups", 8.0, 0, 2), Metric("eval.mua.groups_all_correct", 0.375, 0, 2),
+                Metric("eval.mua.tool_calls.cancel_pending_order", 3.0, 0, 2),
+                Metric("eval.mua.tool_error_rate.cancel_pending_order", 1 / 3, 0, 2)]
+    client.log_batch(run, params=[Param("env.protocol", "native_tools")], metrics=metrics)
+    client.set_terminated(run)
+    other = client.create_run(experiment, run_name="protocol=bracket").info.run_id
+    client.log_batch(other, params=[Param("env.protocol", "bracket")],
+                     metrics=[Metric("rollout.reward_mean", 0.2, 0, step) for step in steps])
+    client.set_terminated(other)
+    return uri
+
+
+def test_report_shows_mua_rl_tables(tmp_path):
+    from userrl.commands.report import load_experiment, mua_table, mua_tool_table
+
+    uri = _native_tools_store(tmp_path)
+    out = tmp_path / "report"
+    assert main(["report", "--experiment", "mua", "--tracking-uri", uri, "--out", str(out)]) == 0
+    page = (out / "report.md").read_text()
+    for section in ("## MUA-RL: training rollouts", "## MUA-RL tool calls: training rollouts",
+                    "## MUA-RL: evaluation", "## MUA-RL tool calls: evaluation"):
+        assert section in page
+    training = page.split("## MUA-RL: training rollouts")[1].split("##")[0]
+    assert "protocol=native_tools" in training and "protocol=bracket" not in training  # only runs that have them
+    assert "mixed" in training and "distinct-2" in training and "0.800" in training
+
+    data = load_experiment("mua", uri)
+    (row,) = mua_table(data, "rollout").iter_rows(named=True)
+    assert (row["iteration"], row["all-correct"], row["all-wrong"], row["tool error rate"]) == (2, 0.5, 0.25, 0.1)
+    assert row["distinct-1"] == 0.6 and "tool share" not in row  # logged at step 1 only: not the last batch's
+    tools = {r["tool"]: r for r in mua_tool_table(data, "rollout").iter_rows(named=True)}
+    assert list(tools) == ["get_user_details", "think"]  # most calls first
+    # get_user_details: 6 calls at 0.5 and 4 at 0.25 -> 10 calls, (3 + 1) / 10 errors
+    assert tools["get_user_details"]["calls (last)"] == 4 and tools["get_user_details"]["calls (all)"] == 10
+    assert tools["get_user_details"]["error rate (last)"] == 0.25
+    assert tools["get_user_details"]["error rate (all)"] == pytest.approx(0.4)
+    assert tools["think"]["calls (last)"] == 0 and tools["think"]["error rate (last)"] is None
+    assert tools["think"]["calls (all)"] == 2 and tools["think"]["error rate (all)"] == 0.0
+    (evaluation,) = mua_table(data, "eval").iter_rows(named=True)
+    assert evaluation["groups"] == 8 and evaluation["all-correct"] == 0.375
+    assert mua_tool_table(data, "eval").row(0, named=True)["calls (all)"] == 3
+

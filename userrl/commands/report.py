@@ -20,6 +20,7 @@ import polars as pl
 from rich.console import Console
 
 from userrl.config import ConfigError
+from userrl.envs.base import INVALID_TOOL_CALL
 
 # MLflow metric keys (our tracker writes "rollout/reward_mean" as "rollout.reward_mean").
 REWARD, SUCCESS, VALID, TURNS = "rollout.reward_mean", "rollout.success_rate", "rollout.valid_action_rate", \
@@ -183,6 +184,89 @@ def gym_table(data: ExperimentData, stats: pl.DataFrame, gym: str, varying: list
     return table.sort(by=spec[0][0], descending=True, nulls_last=True)
 
 
+# --- MUA-RL (env.protocol native_tools) ----------------------------------------------------------------
+
+#: (column, metric name under `<source>.mua.`): MUA-RL's per-batch metrics (userrl/mua_metrics.py).
+_MUA_COLUMNS = (("groups", "groups"), ("all-correct", "groups_all_correct"), ("all-wrong", "groups_all_wrong"),
+                ("mixed", "groups_mixed"), ("tool calls/ep", "tool_calls_mean"),
+                ("customer msgs/ep", "customer_messages_mean"), ("tool share", "tool_call_share"),
+                ("tool error rate", "tool_error_rate"), ("distinct-1", "distinct_1"), ("distinct-2", "distinct_2"),
+                ("distinct-3", "distinct_3"))
+MUA_SOURCES = (("rollout", "training rollouts"), ("eval", "evaluation"))
+
+
+def _mua_history(data: ExperimentData, source: str) -> pl.DataFrame:
+    """`<source>.mua.*` rows (one value per run, key and step: a resumed run's re-logged step counts once), with
+    `last`, the step of the run's last MUA-RL batch."""
+    rows = (data.history.filter(pl.col("key").str.starts_with(f"{source}.mua."))
+            .unique(["run_id", "key", "step"], keep="last", maintain_order=True)
+            .with_columns(pl.col("key").str.strip_prefix(f"{source}.mua.")))
+    last = rows.filter(pl.col("key") == "groups").group_by("run_id").agg(pl.col("step").max().alias("last"))
+    return rows.join(last, on="run_id")
+
+
+def mua_table(data: ExperimentData, source: str) -> pl.DataFrame | None:
+    """One row per run: MUA-RL's metrics of its last batch (`<source>.mua.*`); None when no run has them."""
+    rows = _mua_history(data, source)
+    names = dict((name, column) for column, name in _MUA_COLUMNS)
+    at_last = rows.filter((pl.col("step") == pl.col("last")) & pl.col("key").is_in(list(names)))
+    if at_last.is_empty():
+        return None
+    wide = at_last.pivot(on="key", index=["run_id", "last"], values="value", aggregate_function="last")
+    present = [name for _, name in _MUA_COLUMNS if name in wide.columns]
+    counts = {"groups"}  # shown as whole numbers
+    table = wide.select("run_id", pl.col("last").alias("iteration"),
+                        *((pl.col(n).cast(pl.Int64) if n in counts else pl.col(n)).alias(names[n]) for n in present))
+    return data.runs.select("run_id", "label").join(table, on="run_id", how="inner").sort("label")
+
+
+def mua_tool_table(data: ExperimentData, source: str) -> pl.DataFrame | None:
+    """One row per run and tool: calls and error rate in the last batch and over all batches (the error rate
+    weighted by calls); None without calls. The tracker logs `rollout/mua/tool_calls/<tool>` as
+    `rollout.mua.tool_calls.<tool>`."""
+    rows = _mua_history(data, source)
+    calls = (rows.filter(pl.col("key").str.starts_with("tool_calls."))
+             .select("run_id", "step", "last", pl.col("key").str.strip_prefix("tool_calls.").alias("tool"),
+                     pl.col("value").alias("calls")))
+    if calls.is_empty():
+        return None
+    rates = (rows.filter(pl.col("key").str.starts_with("tool_error_rate."))
+             .select("run_id", "step", pl.col("key").str.strip_prefix("tool_error_rate.").alias("tool"),
+                     pl.col("value").alias("rate")))
+    joined = calls.join(rates, on=["run_id", "step", "tool"], how="left")
+    last = pl.col("step") == pl.col("last")
+    table = joined.group_by("run_id", "tool").agg(
+        pl.col("calls").filter(last).sum().cast(pl.Int64).alias("calls (last)"),
+        pl.col("rate").filter(last).first().alias("error rate (last)"),
+        pl.col("calls").sum().cast(pl.Int64).alias("calls (all)"),
+        ((pl.col("rate") * pl.col("calls")).sum() / pl.col("calls").sum()).alias("error rate (all)"))
+    return (data.runs.select("run_id", "label").join(table, on="run_id", how="inner")
+            .sort(["label", "calls (all)", "tool"], descending=[False, True, False]))
+
+
+def mua_sections(data: ExperimentData, fmt: str) -> list[tuple[str, str, str]]:
+    """The MUA-RL tables (runs trained or evaluated with env.protocol native_tools), training then evaluation."""
+    sections = []
+    for source, what in MUA_SOURCES:
+        table = mua_table(data, source)
+        if table is None:
+            continue
+        note = ("Per run, the last batch: the share of groups whose episodes all succeeded, all failed, or some "
+                "of each (only mixed groups carry a GRPO signal); tool calls and customer messages per episode, "
+                "and the calls' share; the tools' error rate; distinct-n of the agent's customer messages.")
+        sections.append((f"MUA-RL: {what}", "table", _with_note(note, render_table(table, fmt), fmt)))
+        tools = mua_tool_table(data, source)
+        if tools is not None:
+            note = (f"Calls per tool ({INVALID_TOOL_CALL}: a call of no tool, an unknown name or an unreadable "
+                    "call), in the last batch and summed over all batches, with the share that returned an error.")
+            sections.append((f"MUA-RL tool calls: {what}", "table", _with_note(note, render_table(tools, fmt), fmt)))
+    return sections
+
+
+def _with_note(note: str, table: str, fmt: str) -> str:
+    return f"<p>{html.escape(note)}</p>{table}" if fmt == "html" else f"{note}\n\n{table}"
+
+
 # --- plots -------------------------------------------------------------------------------------------
 
 def plot_curves(data: ExperimentData, panels: list[tuple[str, str]], ylabel: str, title: str, path: Path,
@@ -339,6 +423,7 @@ def write_report(data: ExperimentData, out: Path, fmt: str = "markdown") -> Path
         sections = [("All runs", "table", render_table(overall, fmt))]
         for gym in gyms:
             sections.append((f"Gym: {gym}", "table", render_table(gym_table(data, stats, gym, varying), fmt)))
+        sections += mua_sections(data, fmt)
         critic = bool(critic_runs(data.params))
         settings = [k for k in _KEY_PARAMS if k not in varying and (critic or not k.startswith("critic."))]
         sections.append(("Settings", "table", render_table(_param_table(data, settings), fmt)))
