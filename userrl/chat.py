@@ -223,18 +223,7 @@ class ChatFormat:
 
         `tools` are the gym's function schemas (native_tools only; written out unless the template renders them).
         """
-        system, *rest = prompt
-        if self.protocol == "native_tools" and not tools:
-            raise ValueError("env.protocol=native_tools needs the gym's tool schemas; this gym exposes none")
-        if self.protocol == "bracket":
-            extra = BRACKET_INSTRUCTIONS
-        elif self.template_tools:
-            return [dict(m) for m in prompt]
-        elif self.protocol == "tool_call":
-            extra = TOOL_INSTRUCTIONS.format(schema=json.dumps(TOOL_SCHEMA["function"]))
-        else:
-            extra = NATIVE_TOOL_INSTRUCTIONS.format(schemas="\n".join(json.dumps(t["function"]) for t in tools or []))
-        return [{"role": "system", "content": system["content"].rstrip() + "\n\n" + extra}, *map(dict, rest)]
+        return with_instructions(self.protocol, prompt, tools, tools_rendered=self.template_tools)
 
     def episode_opening(self, task: Task, env: MultiTurnEnv) -> tuple[list[dict[str, str]], list[dict[str, Any]]]:
         """An episode's first messages and the tool schemas to render them with ([] outside native_tools)."""
@@ -289,18 +278,45 @@ class ChatFormat:
         return parse_bracket(text) if self.protocol == "bracket" else parse_tool_calls(text)
 
     def tool_messages(self, parsed: ParsedTurn, feedback: str) -> list[dict[str, str]]:
-        """One tool message per call: the executed one carries the feedback, others the ignored notice.
+        """The messages that file the env's feedback to one assistant message (`feedback_messages`)."""
+        return feedback_messages(self.protocol, parsed, feedback)
 
-        A native_tools message that spoke to the user gets the user's reply as one user message instead;
-        a user_reply episode ends with its one reply, so nothing follows it.
-        """
-        if self.protocol == "user_reply":
-            return []
-        if parsed.speaks:
-            return [{"role": "user", "content": feedback}]
-        notice = NATIVE_IGNORED_CALL_NOTICE if self.protocol == "native_tools" else IGNORED_CALL_NOTICE
-        n = max(1, parsed.n_tool_calls)
-        return [{"role": "tool", "content": feedback}] + [{"role": "tool", "content": notice} for _ in range(n - 1)]
+
+def with_instructions(protocol: str, prompt: list[dict[str, str]], tools: list[dict[str, Any]] | None = None,
+                      *, tools_rendered: bool = False) -> list[dict[str, str]]:
+    """The [system, user] messages with the protocol's instructions appended to the system message.
+
+    `tools` are the gym's function schemas (native_tools only). `tools_rendered`: the tool schemas reach the
+    model some other way (a chat template that renders `tools`, or an OpenAI-compatible request's `tools`), so
+    tool_call and native_tools append nothing; otherwise they are written out here.
+    """
+    system, *rest = prompt
+    if protocol == "native_tools" and not tools:
+        raise ValueError("env.protocol=native_tools needs the gym's tool schemas; this gym exposes none")
+    if protocol == "bracket":
+        extra = BRACKET_INSTRUCTIONS
+    elif tools_rendered:
+        return [dict(m) for m in prompt]
+    elif protocol == "tool_call":
+        extra = TOOL_INSTRUCTIONS.format(schema=json.dumps(TOOL_SCHEMA["function"]))
+    else:
+        extra = NATIVE_TOOL_INSTRUCTIONS.format(schemas="\n".join(json.dumps(t["function"]) for t in tools or []))
+    return [{"role": "system", "content": system["content"].rstrip() + "\n\n" + extra}, *map(dict, rest)]
+
+
+def feedback_messages(protocol: str, parsed: ParsedTurn, feedback: str) -> list[dict[str, str]]:
+    """One tool message per call: the executed one carries the feedback, others the ignored notice.
+
+    A native_tools message that spoke to the user gets the user's reply as one user message instead;
+    a user_reply episode ends with its one reply, so nothing follows it.
+    """
+    if protocol == "user_reply":
+        return []
+    if parsed.speaks:
+        return [{"role": "user", "content": feedback}]
+    notice = NATIVE_IGNORED_CALL_NOTICE if protocol == "native_tools" else IGNORED_CALL_NOTICE
+    n = max(1, parsed.n_tool_calls)
+    return [{"role": "tool", "content": feedback}] + [{"role": "tool", "content": notice} for _ in range(n - 1)]
 
 
 def _render_native_action(choice: str, content: str) -> str:

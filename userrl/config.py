@@ -480,6 +480,11 @@ class EvaluationConfig(_Section):
     concurrency: int = Field(32, ge=1, description="`userrl evaluate`: episodes in flight at once.")
     openai_max_tokens: int = Field(2048, ge=1, description="Per-turn max_tokens of a --policy openai:... model.")
     openai_timeout_s: float = Field(120.0, gt=0, description="Per-request timeout of a --policy openai:... model.")
+    openai_tools: Literal["request", "prompt"] = Field(
+        "request", description="Where a --policy openai:... model gets the tool schemas (tool_call, native_tools): "
+        "'request' = the request's OpenAI `tools`, calls read from `tool_calls` (vLLM: --enable-auto-tool-choice "
+        "--tool-call-parser); 'prompt' = written into the system message as training writes them, calls read "
+        "from <tool_call> text (any server, no tool parser; e.g. SmolLM2, whose template ignores tools).")
 
 
 class CheckpointConfig(_Section):

@@ -5,6 +5,19 @@ The model sees the task's [system, user] prompt and acts through the `interact_w
 With the `bracket` protocol there are no tools and the model writes `[answer] 42` lines. Env stepping and
 turn bookkeeping are the token-level rollout's (`userrl.rollout.run_episode`, the one episode loop); only the
 front end differs.
+
+`native_tools` (MUA-RL's episode, ALGORITHMS.md 5.1) opens with the gym's own prompt (Tau: the domain policy
+and the customer's recorded first message) and offers the gym's tools. Where the tool schemas go is
+`evaluation.openai_tools` (TOOL_MODES), for tool_call as well:
+* `request`: as the request's OpenAI `tools`; the server renders them and returns `tool_calls` (vLLM needs
+  `--enable-auto-tool-choice --tool-call-parser ...` for this, else it answers 400). Each call's result goes
+  back as a `tool` message with its `tool_call_id`.
+* `prompt`: written into the system message as training writes them for a template that ignores `tools`
+  (`chat.with_instructions`), and read back from `<tool_call>` blocks in the reply's text: any chat server
+  works, with no tool parser (SmolLM2 on vLLM). The results go back as `tool` messages without an id (the
+  server only renders them), as training renders them.
+Either way a reply without a call is speech to the customer (native_tools), whose reply comes back as a user
+message, and a reply's text is parsed as training parses it when it carries no `tool_calls`.
 """
 
 from __future__ import annotations
@@ -16,15 +29,19 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from userrl.actors.env_runner import EpisodePlayer, make_user_client
+from userrl.actors.env_runner import EpisodePlayer, EpisodeSpec, make_user_client
 from userrl.chat import (
-    BRACKET_INSTRUCTIONS,
     IGNORED_CALL_NOTICE,
+    NATIVE_IGNORED_CALL_NOTICE,
     TOOL_NAME,
     TOOL_SCHEMA,
     ParsedTurn,
+    feedback_messages,
+    native_tool_call,
     parse_bracket,
+    parse_native_tools,
     parse_tool_calls,
+    with_instructions,
 )
 from userrl.envs import MultiTurnEnv, Task
 from userrl.rollout import AgentTurn, EpisodePolicy, RolloutLimits
@@ -35,6 +52,10 @@ log = logging.getLogger(__name__)
 _POLICY = re.compile(r"^openai:(?P<model>\S+?)@(?P<url>https?://\S+)$")
 #: A keyless local server still needs some key for the SDK; real endpoints read $OPENAI_API_KEY.
 _KEYLESS = "EMPTY"
+#: The protocols an OpenAI-compatible policy plays.
+PROTOCOLS = ("tool_call", "bracket", "native_tools")
+#: Where the tool schemas go (module docstring): the request's `tools`, or the system message.
+TOOL_MODES = ("request", "prompt")
 
 
 @dataclass(frozen=True)
@@ -67,27 +88,42 @@ class Reply:
 
 
 class OpenAIPolicy(EpisodePolicy):
-    """Chat-completions client for one model; turns replies into parsed interact_with_env calls."""
+    """Chat-completions client for one model; turns replies into parsed calls of the protocol."""
 
     def __init__(self, spec: OpenAIPolicySpec, protocol: str = "tool_call", max_tokens: int = 2048,
-                 timeout_s: float = 120.0, attempts: int = 3):
+                 timeout_s: float = 120.0, attempts: int = 3, tools: str = "request"):
         from openai import AsyncOpenAI
 
-        if protocol not in ("tool_call", "bracket"):
-            raise ValueError(f"env.protocol={protocol!r} is not one of 'bracket', 'tool_call' (an OpenAI-compatible "
-                             "policy does not play native_tools episodes yet)")
-        self.spec, self.protocol, self.max_tokens = spec, protocol, max_tokens
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"env.protocol={protocol!r}: an OpenAI-compatible policy plays "
+                             f"{', '.join(map(repr, PROTOCOLS))}")
+        if tools not in TOOL_MODES:
+            raise ValueError(f"evaluation.openai_tools={tools!r} is not one of {', '.join(map(repr, TOOL_MODES))}")
+        self.spec, self.protocol, self.max_tokens, self.tools = spec, protocol, max_tokens, tools
+        #: native_tools in request mode: each running episode's tool schemas, by uid (dropped by `forget`).
+        self._episode_tools: dict[str, list[dict[str, Any]]] = {}
         # The key is read now, when the client is built (never logged); local servers need none.
         self.client = AsyncOpenAI(base_url=spec.base_url, api_key=os.environ.get("OPENAI_API_KEY") or _KEYLESS,
                                   timeout=timeout_s, max_retries=max(0, attempts - 1))
 
     def start(self, traj: Trajectory, task: Task, env: MultiTurnEnv) -> None:
-        """The task's opening messages."""
-        traj.messages = self.initial_messages(task.prompt)
+        """The opening messages: the task's prompt, or under native_tools the gym's, with its tools."""
+        if self.protocol != "native_tools":
+            traj.messages = self.initial_messages(task.prompt)
+            return
+        tools = env.tool_schemas()
+        traj.messages = with_instructions(self.protocol, env.native_prompt(), tools,
+                                          tools_rendered=self.tools == "request")
+        if self.tools == "request":
+            self._episode_tools[traj.uid] = tools
+
+    def forget(self, uid: str) -> None:
+        """Drop what was kept for episode `uid` (called when it has ended)."""
+        self._episode_tools.pop(uid, None)
 
     async def act(self, traj: Trajectory, turn: int, limits: RolloutLimits, seed: int) -> AgentTurn:
         """One chat completion over the conversation so far, kept in the transcript."""
-        reply = await self.complete(traj.messages, limits.temperature, seed)
+        reply = await self.complete(traj.messages, limits.temperature, seed, self.request_tools(traj.uid))
         traj.messages.append(reply.message)
         return AgentTurn(turn, reply.parsed, reply.finish_reason, reply.completion_tokens, reply=reply)
 
@@ -96,16 +132,20 @@ class OpenAIPolicy(EpisodePolicy):
         traj.messages.extend(self.tool_messages(turn.reply, feedback))
         return True
 
-    def initial_messages(self, prompt: list[dict[str, str]]) -> list[dict[str, Any]]:
-        """The task prompt; the bracket protocol appends its instructions (tools come with the request)."""
-        messages = [dict(m) for m in prompt]
-        if self.protocol == "bracket":
-            messages[0]["content"] = messages[0]["content"].rstrip() + "\n\n" + BRACKET_INSTRUCTIONS
-        return messages
+    def request_tools(self, uid: str) -> list[dict[str, Any]]:
+        """The `tools` of episode `uid`'s requests ([] in prompt mode and for bracket)."""
+        if self.tools != "request" or self.protocol == "bracket":
+            return []
+        return [TOOL_SCHEMA] if self.protocol == "tool_call" else self._episode_tools.get(uid, [])
 
-    async def complete(self, messages: list[dict[str, Any]], temperature: float, seed: int) -> Reply:
+    def initial_messages(self, prompt: list[dict[str, str]]) -> list[dict[str, Any]]:
+        """The task prompt with the protocol's instructions (the tool's schema too in prompt mode)."""
+        return with_instructions(self.protocol, prompt, tools_rendered=self.tools == "request")
+
+    async def complete(self, messages: list[dict[str, Any]], temperature: float, seed: int,
+                       tools: list[dict[str, Any]] | None = None) -> Reply:
         """One chat completion, parsed into calls (native tool_calls first, then the text protocol)."""
-        kwargs: dict[str, Any] = {"tools": [TOOL_SCHEMA]} if self.protocol == "tool_call" else {}
+        kwargs: dict[str, Any] = {"tools": tools} if tools else {}
         response = await self.client.chat.completions.create(
             model=self.spec.model, messages=messages, temperature=temperature, max_tokens=self.max_tokens,
             seed=seed, **kwargs)
@@ -114,27 +154,47 @@ class OpenAIPolicy(EpisodePolicy):
         native = list(choice.message.tool_calls or [])
         message: dict[str, Any] = {"role": "assistant", "content": text}
         tokens = response.usage.completion_tokens if response.usage else 0
+        finish = choice.finish_reason or "stop"
         if native:
             message["tool_calls"] = [{"id": c.id, "type": "function",
                                       "function": {"name": c.function.name, "arguments": c.function.arguments}}
                                      for c in native]
-            parsed = ParsedTurn(calls=[call for c in native if (call := _native_call(c)) is not None],
+            read = _native_tool_call if self.protocol == "native_tools" else _native_call
+            parsed = ParsedTurn(calls=[call for c in native if (call := read(c)) is not None],
                                 n_tool_calls=len(native))
-            return Reply(message, text, parsed, choice.finish_reason or "stop", [c.id for c in native], tokens)
-        parsed = parse_tool_calls(text) if self.protocol == "tool_call" else parse_bracket(text)
-        return Reply(message, text, parsed, choice.finish_reason or "stop", [], tokens)
+            return Reply(message, text, parsed, finish, [c.id for c in native], tokens)
+        return Reply(message, text, self.parse(text), finish, [], tokens)
+
+    def parse(self, text: str) -> ParsedTurn:
+        """The calls written in a reply's text, as training parses them."""
+        if self.protocol == "native_tools":
+            return parse_native_tools(text)
+        return parse_tool_calls(text) if self.protocol == "tool_call" else parse_bracket(text)
 
     def tool_messages(self, reply: Reply, feedback: str) -> list[dict[str, Any]]:
-        """The env feedback for a reply: one tool message per native call (the first carries the feedback),
-        or one user message when the calls were written as text (there is no tool_call_id to answer)."""
-        if not reply.tool_call_ids:
-            return [{"role": "user", "content": feedback}]
-        return [{"role": "tool", "tool_call_id": call_id, "content": feedback if i == 0 else IGNORED_CALL_NOTICE}
-                for i, call_id in enumerate(reply.tool_call_ids)]
+        """The env feedback for a reply: one tool message per native call (the first carries the feedback).
+
+        Calls written as text have no tool_call_id to answer: under native_tools their results are `tool`
+        messages as training renders them, and a reply that spoke to the customer gets its reply as a user
+        message; the choice protocols get one user message.
+        """
+        if reply.tool_call_ids:
+            notice = NATIVE_IGNORED_CALL_NOTICE if self.protocol == "native_tools" else IGNORED_CALL_NOTICE
+            return [{"role": "tool", "tool_call_id": call_id, "content": feedback if i == 0 else notice}
+                    for i, call_id in enumerate(reply.tool_call_ids)]
+        if self.protocol == "native_tools":
+            return feedback_messages(self.protocol, reply.parsed, feedback)
+        return [{"role": "user", "content": feedback}]
 
     async def aclose(self) -> None:
         """Close the HTTP client."""
         await self.client.close()
+
+
+def _native_tool_call(call: Any) -> tuple[str, str] | None:
+    """A native_tools `tool_calls` entry as the `answer` step it runs, or None when it is not well-formed."""
+    read = native_tool_call(json.dumps({"name": call.function.name, "arguments": call.function.arguments or "{}"}))
+    return None if read is None else ("answer", json.dumps({"name": read[0], "arguments": read[1]}))
 
 
 def _native_call(call: Any) -> tuple[str, str] | None:
@@ -158,3 +218,11 @@ class OpenAIEpisodePlayer(EpisodePlayer):
             raise ValueError("env.backend=local needs user replicas in a Ray cluster; with --policy openai:... "
                              "use env.backend=scripted or env.backend=openai")
         super().__init__(policy, limits, env_kwargs, concurrency, backend, make_user_client(backend, llm, None, None))
+        self.openai_policy = policy
+
+    async def play_one(self, spec: EpisodeSpec, seed: int, limits: RolloutLimits) -> Trajectory:
+        """One episode; what the policy kept for it is dropped when it ends."""
+        try:
+            return await super().play_one(spec, seed, limits)
+        finally:
+            self.openai_policy.forget(spec.uid)

@@ -29,7 +29,7 @@ from rich.table import Table
 
 from userrl.actors.env_runner import EpisodeSpec
 from userrl.commands.eval_metrics import EPISODE_SCHEMA, TRAVEL, flat_metrics, summarize
-from userrl.config import GymSpec, UserRLConfig, load_config
+from userrl.config import GymSpec, UserRLConfig, apply_overrides, parse_config, read_yaml_mapping
 from userrl.envs import GYMS, Task, load_tasks
 from userrl.mua_metrics import mua_metrics
 from userrl.trajectory import Trajectory, TurnRecord
@@ -58,7 +58,7 @@ KEY = ("gym", "item_key", "pass_index")
 CHUNK_SIZE = 8
 #: What must match for shards in an output folder to be reused.
 FINGERPRINT_KEYS = ("policy", "temperature", "protocol", "max_turns", "max_steps", "max_new_tokens",
-                    "max_model_len", "backend", "split", "seed", "show_reward_in_feedback")
+                    "max_model_len", "backend", "split", "seed", "show_reward_in_feedback", "openai_tools")
 
 
 @dataclass
@@ -173,7 +173,8 @@ def fingerprint(config: UserRLConfig, label: str) -> dict[str, Any]:
             "max_turns": ec.max_turns, "max_steps": ec.max_steps,
             "max_new_tokens": config.evaluation.openai_max_tokens if label.startswith("openai:") else pc.max_new_tokens,
             "max_model_len": pc.max_model_len, "backend": ec.backend, "split": config.evaluation.split,
-            "seed": config.experiment.seed, "show_reward_in_feedback": ec.show_reward_in_feedback}
+            "seed": config.experiment.seed, "show_reward_in_feedback": ec.show_reward_in_feedback,
+            "openai_tools": config.evaluation.openai_tools if label.startswith("openai:") else None}
 
 
 def _write_atomic(path: Path, write: Callable[[Path], Any]) -> None:
@@ -305,7 +306,8 @@ def _play_openai(config: UserRLConfig, policy: str, chunks: list[list[Episode]],
     limits = rollout_limits(config, ev.temperature)
 
     async def run() -> None:
-        client = OpenAIPolicy(parse_policy(policy), ec.protocol, ev.openai_max_tokens, ev.openai_timeout_s)
+        client = OpenAIPolicy(parse_policy(policy), ec.protocol, ev.openai_max_tokens, ev.openai_timeout_s,
+                              tools=ev.openai_tools)
         player = OpenAIEpisodePlayer(client, limits, env_kwargs(config), ev.concurrency, ec.backend, ec.llm)
 
         async def one(index: int) -> tuple[int, list[Trajectory]]:
@@ -473,6 +475,20 @@ def print_mua(metrics: dict[str, float], console: Console) -> None:
         console.print(table)
 
 
+def evaluation_config(path: str | None, overrides: list[str], gyms: str | None) -> UserRLConfig:
+    """The config, with `--gyms` (a comma list) as its env.gyms before it is checked, so that it is checked
+    against the gyms evaluated (`--gyms tau env.protocol=native_tools` with the default gyms, which have no
+    tools); a gym the config names keeps its settings there. `--gyms all` leaves env.gyms as it is."""
+    data = apply_overrides(read_yaml_mapping(path) if path is not None else {}, overrides)
+    names = [name.strip() for name in (gyms or "").split(",") if name.strip()]
+    if names and gyms is not None and gyms.strip() != "all":
+        env = data.setdefault("env", {})
+        configured = {spec["name"]: spec for spec in env.get("gyms") or []
+                      if isinstance(spec, dict) and isinstance(spec.get("name"), str)}
+        env["gyms"] = [configured.get(name, {"name": name}) for name in dict.fromkeys(names)]
+    return parse_config(data)
+
+
 def _flag_overrides(args: Any) -> list[str]:
     checks = {"passes": (args.passes, 1), "max_episodes_per_gym": (args.max_episodes_per_gym, 1),
               "concurrency": (args.concurrency, 1)}
@@ -491,7 +507,7 @@ def _flag_overrides(args: Any) -> list[str]:
 
 def cli_evaluate(args: Any, console: Console) -> int:
     """`userrl evaluate`: flags override the config's evaluation section; prints the metrics table."""
-    config = load_config(args.config, [*args.overrides, *_flag_overrides(args)])
+    config = evaluation_config(args.config, [*args.overrides, *_flag_overrides(args)], args.gyms)
     try:
         result = run_evaluation(config, checkpoint=args.checkpoint, policy=args.policy, gyms=args.gyms,
                                 out=args.out, console=console)
