@@ -1,9 +1,11 @@
 """OpenAI messages + tools -> prompt token ids (the training rendering), and generated tokens -> reply.
 
-The prompt is rendered by the model's chat template with the userrl tools preamble (the same one
-`userrl export` writes), so `tools=[TOOL_SCHEMA]` gives exactly the tokens the policy saw in training
-(`tool_call` protocol). A `bracket` model gets the bracket instructions instead, and its `[choice]
-content` lines come back as `interact_with_env` tool calls.
+The prompt is rendered by the model's chat template with the userrl preamble of its protocol (the same one
+`userrl export` writes, userrl.chat_template), so a conversation gives exactly the tokens the policy saw in
+training: `tool_call` with `tools=[TOOL_SCHEMA]`; `native_tools` with the gym's tool schemas, tool results
+(role tool) and the user's replies. A `bracket` model gets the bracket instructions instead, and its
+`[choice] content` lines come back as `interact_with_env` tool calls. A `native_tools` reply is plain text
+(content) or one tool call: the first well-formed `<tool_call>` block, as training executes it.
 """
 
 from __future__ import annotations
@@ -20,11 +22,14 @@ from userrl.chat import (
     TOOL_NAME,
     ChatFormat,
     parse_bracket,
+    parse_native_tools,
+    strict_json,
     tool_call_blocks,
 )
-from userrl.commands.export import USERRL_META, tool_chat_template
+from userrl.chat_template import tool_chat_template
+from userrl.commands.export import USERRL_META
 from userrl.engines.base import GenerationOutput, GenerationRequest
-from userrl.serving.protocol import APIError, ChatCompletionRequest
+from userrl.serving.protocol import APIError, ChatCompletionRequest, ToolCall
 
 log = logging.getLogger(__name__)
 
@@ -32,16 +37,25 @@ log = logging.getLogger(__name__)
 BRACKET_CHOICES = ("action", "answer", "search", "finish")
 #: The opening of a tool_call protocol block (userrl.chat.TOOL_BLOCK).
 TOOL_CALL_OPEN = "<tool_call>"
+#: The action protocols a model can be served with (user_reply models are HumanLM's user simulators).
+SERVABLE_PROTOCOLS = ("tool_call", "bracket", "native_tools")
 
 
 def model_protocol(model_path: str, configured: str | None) -> str:
-    """The action protocol: configured, else the one recorded by `userrl export`, else tool_call."""
-    if configured:
-        return configured
+    """The action protocol: configured, else the one recorded by `userrl export`, else tool_call.
+
+    Raises ValueError for a protocol that cannot be served.
+    """
     from pathlib import Path
 
     meta = Path(model_path) / USERRL_META
-    return json.loads(meta.read_text()).get("protocol", "tool_call") if meta.is_file() else "tool_call"
+    protocol = configured or (json.loads(meta.read_text()).get("protocol", "tool_call") if meta.is_file()
+                              else "tool_call")
+    if protocol not in SERVABLE_PROTOCOLS:
+        where = "the serving config" if configured else str(meta)
+        raise ValueError(f"protocol {protocol!r} (from {where}) cannot be served; the servable protocols are "
+                         f"{', '.join(SERVABLE_PROTOCOLS)}")
+    return protocol
 
 
 def max_token_bytes(tokenizer: Any) -> int | None:
@@ -86,9 +100,9 @@ class ChatEngine:
                  default_max_tokens: int = 256):
         from transformers import AutoTokenizer
 
-        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        self.tokenizer.chat_template = tool_chat_template(self.tokenizer.chat_template)
         self.protocol = model_protocol(model_path, protocol)
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.tokenizer.chat_template = tool_chat_template(self.tokenizer.chat_template, self.protocol)
         self.chat = ChatFormat(self.tokenizer, self.protocol)
         self.max_model_len, self.default_max_tokens = max_model_len, default_max_tokens
         self.max_token_bytes = max_token_bytes(self.tokenizer)
@@ -108,7 +122,7 @@ class ChatEngine:
                                                         for c in m.tool_calls])
                 messages.append({"role": role, "content": text})
             elif m.role == "assistant" and m.tool_calls:
-                messages.append({"role": role, "content": text, "tool_calls": [c.model_dump() for c in m.tool_calls]})
+                messages.append({"role": role, "content": text, "tool_calls": _calls_with_objects(i, m.tool_calls)})
             else:
                 messages.append({"role": role, "content": text})
         if use_tools and self.protocol == "bracket":
@@ -136,7 +150,7 @@ class ChatEngine:
             raise APIError(400, f"this model was trained with the bracket protocol: the only tool it can call is "
                            f"{TOOL_NAME!r} (userrl.chat.TOOL_SCHEMA)", param="tools")
         messages = self._messages(request, use_tools)
-        kwargs = {"tools": tools} if use_tools and self.protocol == "tool_call" else {}
+        kwargs = {"tools": tools} if use_tools and self.protocol != "bracket" else {}
         try:
             text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
         except Exception as error:  # noqa: BLE001 - jinja errors come from what the request sent
@@ -188,6 +202,9 @@ class ChatEngine:
             calls = [(TOOL_NAME, {"choice": c, "content": body}) for c, body in parsed.calls]
             first = text.find(f"[{parsed.calls[0][0]}]") if parsed.calls else len(text)
             rest = text[:first]
+        elif self.protocol == "native_tools":
+            calls = _first_native_call(text)
+            rest = TOOL_BLOCK.sub("", text) if calls else text
         else:
             calls = tool_call_blocks(text, tool_names)
             rest = TOOL_BLOCK.sub("", text) if calls else text
@@ -206,6 +223,32 @@ class ChatEngine:
         if self.protocol == "bracket":
             return [f"[{choice}]" for choice in BRACKET_CHOICES]
         return [TOOL_CALL_OPEN]
+
+
+def _calls_with_objects(index: int, calls: list[ToolCall]) -> list[dict[str, Any]]:
+    """An assistant message's tool_calls with their arguments as JSON objects (as vLLM passes them to the
+    template, which writes them as training did); a 400 for arguments that are not a JSON object."""
+    out = []
+    for k, call in enumerate(calls):
+        raw = call.function.arguments
+        arguments = strict_json(raw) if raw.strip() else {}
+        if not isinstance(arguments, dict):
+            raise APIError(400, f"messages[{index}].tool_calls[{k}].function.arguments must be a JSON object "
+                           f"encoded as a string (got {raw[:80]!r})",
+                           param=f"messages.{index}.tool_calls.{k}.function.arguments")
+        out.append({"id": call.id, "type": "function", "function": {"name": call.function.name,
+                                                                     "arguments": arguments}})
+    return out
+
+
+def _first_native_call(text: str) -> list[tuple[str, dict[str, Any]]]:
+    """The (name, arguments) of the call a native_tools message makes ([] when it makes none): training's
+    parser (userrl.chat.parse_native_tools) decides, and only its first well-formed call is executed."""
+    parsed = parse_native_tools(text)
+    if parsed.speaks or not parsed.calls:
+        return []
+    first = json.loads(parsed.calls[0][1])
+    return [(first["name"], first["arguments"])]
 
 
 def _held_suffix(text: str, patterns: list[str]) -> int:

@@ -80,6 +80,11 @@ PROTOCOLS: tuple[str, ...] = ("bracket", "tool_call", "native_tools", "user_repl
 USER_REPLY_STOPS: tuple[str, ...] = HUMANLM_STOPS
 
 
+def template_renders_tools(template: str | None) -> bool:
+    """Whether a chat template renders the `tools` argument itself (else schemas go into the system message)."""
+    return "tools" in (template or "")
+
+
 @dataclass
 class ParsedTurn:
     """Tool calls found in one assistant message."""
@@ -140,7 +145,7 @@ def parse_tool_calls(text: str) -> ParsedTurn:
 
 def native_tool_call(block: str) -> tuple[str, dict[str, Any]] | None:
     """(name, arguments) of one `<tool_call>` block of any tool name, or None when it is not well-formed."""
-    payload = _strict_json(block.strip())
+    payload = strict_json(block.strip())
     if not isinstance(payload, dict):
         return None
     name, arguments = payload.get("name"), payload.get("arguments")
@@ -149,11 +154,11 @@ def native_tool_call(block: str) -> tuple[str, dict[str, Any]] | None:
     if arguments is None:
         arguments = {}
     elif isinstance(arguments, str):  # OpenAI's wire format: the arguments as a JSON-encoded string
-        arguments = _strict_json(arguments) if arguments.strip() else {}
+        arguments = strict_json(arguments) if arguments.strip() else {}
     return (name.strip(), arguments) if isinstance(arguments, dict) else None
 
 
-def _strict_json(text: str) -> Any:
+def strict_json(text: str) -> Any:
     """The JSON value of text; None for invalid or non-standard JSON (NaN, Infinity) and for runaway nesting."""
     def refuse(constant: str) -> Any:
         raise ValueError(constant)
@@ -190,7 +195,7 @@ class ChatFormat:
         self.tokenizer = tokenizer
         self.protocol = protocol
         #: Whether tool schemas go through the template's `tools` argument (else into the system message).
-        self.template_tools = protocol not in ("bracket", "user_reply") and "tools" in (tokenizer.chat_template or "")
+        self.template_tools = protocol not in ("bracket", "user_reply") and template_renders_tools(tokenizer.chat_template)
         #: Texts that end an assistant message (kept in it): the engines stop on tokens only, so TokenPolicy
         #: cuts the sampled tokens after the first of these.
         self.stop_strings: tuple[str, ...] = USER_REPLY_STOPS if protocol == "user_reply" else ()
@@ -323,7 +328,7 @@ def _render_native_action(choice: str, content: str) -> str:
     """A gym step as a native_tools message: `answer` JSON as a `<tool_call>` block, `action` as plain text."""
     if choice == "action":
         return content
-    call = _strict_json(content) if choice == "answer" else None
+    call = strict_json(content) if choice == "answer" else None
     if not isinstance(call, dict) or not isinstance(call.get("name"), str):
         raise ValueError(f"env.protocol=native_tools has no step [{choice}] {content[:80]!r}: a message either "
                          "calls one tool ({\"name\": ..., \"arguments\": {...}}) or talks to the user")

@@ -2,9 +2,10 @@
 
 The folder holds safetensors weights, config, generation config (the chat end-of-turn token as a stop
 token), the tokenizer, and a chat template that renders OpenAI-style `tools` and assistant `tool_calls`
-exactly as training rendered the `tool_call` protocol (spec ALGORITHMS.md 1.2), so a client that passes
-`tools=[TOOL_SCHEMA]` to `apply_chat_template` (or to vLLM's chat endpoint) sees the prompts the policy
-was trained on. `userrl.json` records the action protocol and where the weights came from.
+exactly as training rendered the checkpoint's action protocol (userrl.chat_template; spec ALGORITHMS.md 1.2):
+a client that passes `tools=[TOOL_SCHEMA]` (tool_call) or the gym's tool schemas (native_tools) to
+`apply_chat_template`, or to vLLM's chat endpoint, sees the prompts the policy was trained on.
+`userrl.json` records the action protocol and where the weights came from.
 """
 
 from __future__ import annotations
@@ -18,58 +19,9 @@ from typing import Any
 
 from rich.console import Console
 
+from userrl.chat_template import tool_chat_template
+
 USERRL_META = "userrl.json"
-
-# Rewrites `messages` before the model's own template runs: the tool instructions are appended to the
-# system message (the exact text of userrl.chat.TOOL_INSTRUCTIONS for one tool) and assistant tool_calls
-# become `<tool_call>{json}</tool_call>` text, the protocol's format.
-_TOOLS_PREAMBLE = r"""{%- set ns = namespace(msgs=[], text='', example='') -%}
-{%- if tools is defined and tools -%}
-  {%- if tools | length == 1 -%}
-    {%- set fn = tools[0].function if tools[0].function is defined else tools[0] -%}
-    {%- for key in (fn.parameters.properties if fn.parameters is defined and fn.parameters.properties is defined else {}) -%}
-      {%- set ns.example = ns.example + ('' if loop.first else ', ') + '"' + key + '": "..."' -%}
-    {%- endfor -%}
-    {%- set ns.text = 'You have one tool:\n' + (fn | tojson) + '\nCall it by writing\n<tool_call>\n{"name": "' + fn.name + '", "arguments": {' + ns.example + '}}\n</tool_call>' -%}
-  {%- else -%}
-    {%- set ns.text = 'You have these tools:' -%}
-    {%- for tool in tools -%}
-      {%- set ns.text = ns.text + '\n' + ((tool.function if tool.function is defined else tool) | tojson) -%}
-    {%- endfor -%}
-    {%- set ns.text = ns.text + '\nCall one of them by writing\n<tool_call>\n{"name": "<tool name>", "arguments": {<arguments>}}\n</tool_call>' -%}
-  {%- endif -%}
-  {%- if messages[0]['role'] == 'system' -%}
-    {%- set ns.msgs = [{'role': 'system', 'content': messages[0]['content'].rstrip() + '\n\n' + ns.text}] -%}
-  {%- else -%}
-    {%- set ns.msgs = [{'role': 'system', 'content': ns.text}, messages[0]] -%}
-  {%- endif -%}
-  {%- set rest = messages[1:] -%}
-{%- else -%}
-  {%- set rest = messages -%}
-{%- endif -%}
-{%- for m in rest -%}
-  {%- if m['role'] == 'assistant' and m.tool_calls is defined and m.tool_calls -%}
-    {%- set ns.text = m['content'] if m['content'] else '' -%}
-    {%- for call in m.tool_calls -%}
-      {%- set f = call.function if call.function is defined else call -%}
-      {%- set args = f.arguments if f.arguments is string else (f.arguments | tojson) -%}
-      {%- set ns.text = ns.text + ('\n' if ns.text else '') + '<tool_call>\n{"name": "' + f.name + '", "arguments": ' + args + '}\n</tool_call>' -%}
-    {%- endfor -%}
-    {%- set ns.msgs = ns.msgs + [{'role': 'assistant', 'content': ns.text}] -%}
-  {%- else -%}
-    {%- set ns.msgs = ns.msgs + [{'role': m['role'], 'content': m['content'] if m['content'] else ''}] -%}
-  {%- endif -%}
-{%- endfor -%}
-{%- set messages = ns.msgs -%}
-"""
-_MARKER = "{#- userrl tools preamble -#}"
-
-
-def tool_chat_template(template: str) -> str:
-    """The model's chat template with the userrl tools preamble in front (idempotent)."""
-    if template.startswith(_MARKER):
-        return template
-    return _MARKER + _TOOLS_PREAMBLE + template
 
 
 def _read_checkpoint(checkpoint: Path) -> dict[str, Any]:
@@ -103,7 +55,7 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, *, force: bool = 
         model = AutoModelForCausalLM.from_pretrained(checkpoint / "model")
         tokenizer = AutoTokenizer.from_pretrained(checkpoint / "model")
         stop_ids = ChatFormat(tokenizer, "bracket").stop_token_ids
-        tokenizer.chat_template = tool_chat_template(tokenizer.chat_template)
+        tokenizer.chat_template = tool_chat_template(tokenizer.chat_template, protocol)
         model.generation_config.eos_token_id = stop_ids if len(stop_ids) > 1 else stop_ids[0]
         model.generation_config.pad_token_id = tokenizer.pad_token_id
         model.save_pretrained(staging, safe_serialization=True)
