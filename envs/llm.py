@@ -11,7 +11,7 @@ envs/json_extract.py.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -60,6 +60,34 @@ class RoleClient(Protocol):
     ) -> tuple[str | None, RoleCall]:
         """Free-text completion with the same retries; None when every attempt failed."""
         ...
+
+
+@runtime_checkable
+class PersonaUserClient(Protocol):
+    """A RoleClient that plays a user from a persona and the conversation (a HumanLM simulator): the gyms
+    that have a HumanLM persona (persuade, intention) ask it this way instead of their JSON role prompt."""
+
+    async def complete_user(
+        self,
+        role: str,
+        persona: str,
+        context: Sequence[Mapping[str, str]],
+        fields: Sequence[str],
+    ) -> tuple[dict[str, str] | None, RoleCall]:
+        """The user's next message as one text per HumanLM field (e.g. ("stance", "response")), given its
+        persona and the conversation so far (`user_turn_context`); None when every attempt failed."""
+        ...
+
+
+def user_turn_context(opening: str, exchanges: Sequence[tuple[str, str]], latest: str) -> list[dict[str, str]]:
+    """The conversation as the simulated user sees it, in HumanLM's roles (spec 5.2, assistant-chat data):
+    the user's opening message, each (agent message, user reply) exchange, then the agent's latest message.
+
+    The rows recorded from our gyms (userrl/humanlm/data.py) and a HumanLM-format user both use this."""
+    context = [{"role": "user", "content": opening}]
+    for message, reply in exchanges:
+        context += [{"role": "assistant", "content": message}, {"role": "user", "content": reply}]
+    return context + [{"role": "assistant", "content": latest}]
 
 
 def make_role_client(spec: Any = None) -> RoleClient:

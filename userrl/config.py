@@ -99,6 +99,11 @@ class EnvConfig(_Section):
 
     local_user_model: str = Field("smollm2-135m", description="Model of the local user replicas.")
     local_user_replicas: int = Field(1, ge=1, description="Replicas of local_user_model (backend local).")
+    local_user_format: Literal["plain", "humanlm"] = Field(
+        "plain", description="How the local user model is asked (backend local): plain: the gyms' own role "
+        "prompts (JSON replies); humanlm: a user simulator (e.g. a `userrl train-user` checkpoint) asked in "
+        "HumanLM's format, the training rows' persona and conversation, its reply read from the <response> "
+        "block (Persuade's stance from a <stance> block); gyms without a HumanLM persona use the plain prompts.")
     role_failure: Literal["abort", "fallback"] = Field(
         "abort", description="A simulated user's or judge's call that still fails after its retries: abort "
         "(the episode is aborted, counted per gym and left out of the update) or fallback (the gym's "

@@ -22,9 +22,9 @@ import ray
 from userrl.actors.env_runner import REPLICA_LOST, REPLICA_WAIT_S, EnvRunner, EpisodeSpec
 from userrl.actors.policy_replica import AWAITING_WEIGHTS, PolicyReplica
 from userrl.config import UserRLConfig
-from userrl.models import resolve_model
 from userrl.rollout import RolloutLimits, abort_trajectory, new_trajectory
 from userrl.trajectory import Trajectory
+from userrl.users import resolve_user_model
 from userrl.weight_sync import (
     DEFAULT_BUCKET_BYTES,
     GROUP_TIMEOUT_S,
@@ -110,13 +110,14 @@ class EnvRunnerGroup:
         self.user_replicas: list[Any] = []
         user_path = None
         if ec.backend == "local":
-            user_path = resolve_model(ec.local_user_model)
+            user_path = resolve_user_model(ec.local_user_model, ec.local_user_format)
             self.user_replicas = start_replicas(user_path, "hf", ec.local_user_replicas, 0, False)
         runner = ray.remote(EnvRunner).options(num_cpus=er.num_cpus_per_env_runner, max_concurrency=64,
                                                max_restarts=restarts, max_task_retries=0, **placement)
         self.runners = [runner.remote(model_path, ec.protocol, rollout_limits(config), self.replicas,
                                       env_kwargs(config), user_backend=ec.backend, llm=ec.llm,
-                                      user_replicas=self.user_replicas, user_tokenizer_path=user_path)
+                                      user_replicas=self.user_replicas, user_tokenizer_path=user_path,
+                                      user_format=ec.local_user_format)
                         for _ in range(er.num_env_runners)]
         self.version = 0  # of the weights the replicas serve; set by sync_weights
         # The last weights sent, for replicas that restart: an object ref, or (after a sync through the

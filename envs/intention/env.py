@@ -14,6 +14,7 @@ from userrl.envs.intention import roles
 from userrl.envs.intention.roles import FALLBACK_REPLIES, JUDGE_ROLE, USER_ROLE, Judgement
 from userrl.envs.intention.scripted import detail_keywords, scripted_judgement, scripted_reply
 from userrl.envs.intention.tasks import MAX_DETAILS, details_of, validate_item
+from userrl.envs.llm import PersonaUserClient, user_turn_context
 from userrl.envs.text import content_words
 
 # Every feedback string of section 2 that is not a user reply, verbatim.
@@ -191,9 +192,22 @@ class IntentionEnv(MultiTurnEnv):
         }
         return self._result(reply, reward, not self.remaining, newly, breakdown)
 
+    def humanlm_view(self, question: str) -> tuple[str, list[dict[str, str]]]:
+        """What a HumanLM-format user sees before answering `question`: its persona (the request and its
+        preferred option per detail, whatever user_sees_details says) and the conversation, as in the
+        recorded rows."""
+        persona = roles.humanlm_persona(self._task_text, self._category, self._details, self._option_picks)
+        return persona, user_turn_context(self._task_text, self.exchanges, question)
+
     async def _user_reply(self, question: str) -> str:
         if self.role_backends[USER_ROLE] == "scripted":
             return scripted_reply(question, self._details, self._keywords, self._option_picks)
+        if isinstance(self.llm, PersonaUserClient):  # a HumanLM simulator: its persona and the conversation
+            values, call = await self.llm.complete_user(USER_ROLE, *self.humanlm_view(question), ("response",))
+            self.record_lm_call(call.role, call.attempts, call.ok, call.latency_s)
+            if values is None:
+                return FALLBACK_REPLIES[int(self.rng.integers(len(FALLBACK_REPLIES)))]
+            return values["response"]
         message = roles.user_message(
             self._task_text,
             self._category,

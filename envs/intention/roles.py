@@ -68,6 +68,19 @@ class Judgement:
     indices: list[int]
 
 
+def humanlm_persona(task: str, category: str, details: Sequence[Detail], picks: Sequence[int]) -> str:
+    """The user as a HumanLM persona, its preferred option per detail included: the system prompt of the rows
+    recorded from this gym (userrl/humanlm/data.py) and of a HumanLM-format user playing it."""
+    lines = [
+        f"- {d.description}: {d.options[p]} (importance {IMPORTANCE_LABELS[d.importance]})"
+        for d, p in zip(details, picks, strict=True)
+    ]
+    return (
+        f'You asked an AI assistant for help: "{task}" (category: {category}). You left out details you have '
+        "clear wishes about, and you share each only when asked about it:\n" + "\n".join(lines)
+    )
+
+
 def _exchanges_block(exchanges: Sequence[tuple[str, str]]) -> str:
     recent = list(exchanges)[-HISTORY_WINDOW:]
     if not recent:

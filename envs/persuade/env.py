@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 from gymnasium import spaces
 
 from userrl.envs.base import BOOL_SPACE, MAX_FEEDBACK_CHARS, MultiTurnEnv, ScalarBox, Task, text_space
+from userrl.envs.llm import PersonaUserClient, user_turn_context
 from userrl.envs.persuade import roles
 from userrl.envs.persuade.roles import FALLBACK_REPLY, PERSUADEE_ROLE, STANCES, stance_index
 from userrl.envs.persuade.scripted import scripted_persuadee
@@ -160,6 +161,11 @@ class PersuadeEnv(MultiTurnEnv):
         info = self._gym_info(old, new, reward, json_response, success)
         return feedback, reward, new == TOP, self._extra_obs(), info
 
+    def humanlm_view(self, argument: str) -> tuple[str, list[dict[str, str]]]:
+        """What a HumanLM-format persuadee sees before replying to `argument`: its persona and the conversation
+        (the essay it opened with, each argument and reply, the new argument), as in the recorded rows."""
+        return roles.humanlm_persona(self._claim), user_turn_context(self._argument, self.dialogue, argument)
+
     async def _persuadee(self, argument: str) -> roles.PersuadeeReply | None:
         """The persuadee's reply to the latest argument; None when the model failed (fallback applies)."""
         earlier = [a for a, _ in self.dialogue]
@@ -167,6 +173,15 @@ class PersuadeEnv(MultiTurnEnv):
             reply, _ = scripted_persuadee(argument, self._topic_words, earlier, self.stance)
             return reply
         assert self.llm is not None  # the base refuses a model backend without a client
+        if isinstance(self.llm, PersonaUserClient):  # a HumanLM simulator: its persona and the conversation
+            values, call = await self.llm.complete_user(PERSUADEE_ROLE, *self.humanlm_view(argument),
+                                                        ("stance", "response"))
+            self.record_lm_call(call.role, call.attempts, call.ok, call.latency_s)
+            if values is None:
+                return None
+            # A stance block that names no label is an unknown label: the stance stays (as for the JSON reply).
+            stance = roles.stance_in_text(values["stance"]) or values["stance"]
+            return roles.PersuadeeReply("", values["response"], stance)
         message = roles.persuadee_message(
             self._claim, self._argument, STANCES[self.stance], self.dialogue, argument
         )

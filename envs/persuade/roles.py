@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +47,30 @@ class PersuadeeReply:
     def as_dict(self) -> dict[str, str]:
         """The reply as the JSON object the role returns."""
         return {"thought": self.thought, "response": self.response, "stance": self.stance}
+
+
+def humanlm_persona(claim: str) -> str:
+    """The persuadee as a HumanLM persona: the system prompt of the rows recorded from this gym
+    (userrl/humanlm/data.py) and of a HumanLM-format user playing it (env.local_user_format=humanlm)."""
+    return (
+        f'You hold a firm opinion on the claim "{claim}". When this conversation began you strongly agreed '
+        "with it, and you wrote the first message to defend it. You change your mind only for good "
+        "arguments: relevant, backed by evidence, answering your points, well developed and not repeated."
+    )
+
+
+_STANCE_IN_TEXT = re.compile(
+    r"\b(" + "|".join(r"\s+".join(s.split()) for s in sorted(STANCES, key=len, reverse=True)) + r")\b",
+    re.IGNORECASE,
+)
+
+
+def stance_in_text(text: str) -> str | None:
+    """The first stance label written in a text (a HumanLM <stance> block, e.g. 'Partly Agree toward the
+    claim "..."; moved from Agree' gives 'Partly Agree'), the longer label winning at one position; None
+    when the text names none."""
+    match = _STANCE_IN_TEXT.search(text)
+    return None if match is None else STANCES[stance_index(match.group(1))]
 
 
 def stance_index(label: str) -> int | None:

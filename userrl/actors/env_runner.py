@@ -37,8 +37,9 @@ def accepts_llm(gym: str) -> bool:
 
 
 def make_user_client(backend: str, llm: dict[str, Any] | None, user_replicas: list[Any] | None,
-                     tokenizer_path: str | None) -> Any:
-    """The RoleClient behind the gyms' simulated users and judges (None for the scripted backend)."""
+                     tokenizer_path: str | None, user_format: str = "plain") -> Any:
+    """The RoleClient behind the gyms' simulated users and judges (None for the scripted backend); for
+    backend local, `user_format` humanlm asks the user replicas in HumanLM's format (env.local_user_format)."""
     if backend == "openai":
         from userrl.envs.openai_client import make_role_client
 
@@ -46,11 +47,12 @@ def make_user_client(backend: str, llm: dict[str, Any] | None, user_replicas: li
     if backend == "local":
         from transformers import AutoTokenizer
 
-        from userrl.users import ReplicaRoleClient
+        from userrl.users import HumanLMUserClient, ReplicaRoleClient
 
         if not user_replicas or tokenizer_path is None:
             raise ValueError("env.backend=local needs user replicas (started by the Algorithm)")
-        return ReplicaRoleClient(user_replicas, AutoTokenizer.from_pretrained(tokenizer_path))
+        client = HumanLMUserClient if user_format == "humanlm" else ReplicaRoleClient
+        return client(user_replicas, AutoTokenizer.from_pretrained(tokenizer_path))
     return None
 
 
@@ -131,12 +133,13 @@ class EnvRunner(EpisodePlayer):
                  env_kwargs: dict[str, dict[str, Any]] | None = None, max_concurrent_episodes: int = 256,
                  user_backend: str = "scripted", llm: dict[str, Any] | None = None,
                  user_replicas: list[Any] | None = None, user_tokenizer_path: str | None = None,
-                 replica_wait_s: float = REPLICA_WAIT_S):
+                 replica_wait_s: float = REPLICA_WAIT_S, user_format: str = "plain"):
         from transformers import AutoTokenizer
 
         self.chat = ChatFormat(AutoTokenizer.from_pretrained(tokenizer_path), protocol)
         super().__init__(TokenPolicy(self.chat, self._generate), limits, env_kwargs, max_concurrent_episodes,
-                         user_backend, make_user_client(user_backend, llm, user_replicas, user_tokenizer_path))
+                         user_backend, make_user_client(user_backend, llm, user_replicas, user_tokenizer_path,
+                                                        user_format))
         self.replicas = [ReplicaHandle(r) for r in replicas]
         self.outstanding = [0] * len(self.replicas)
         self.affinity: dict[str, int] = {}

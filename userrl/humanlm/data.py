@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from userrl.envs.base import Task, tool_call_to_action
+from userrl.envs.llm import user_turn_context
 from userrl.envs.registry import load_tasks, make_env, make_solver
 from userrl.envs.text import content_words
 from userrl.humanlm.row import Row
@@ -53,14 +54,6 @@ _OFF_TOPIC = (
 
 
 # ---------------------------------------------------------------- persuade
-
-
-def _persuade_persona(claim: str) -> str:
-    return (
-        f'You hold a firm opinion on the claim "{claim}". When this conversation began you strongly agreed '
-        "with it, and you wrote the first message to defend it. You change your mind only for good "
-        "arguments: relevant, backed by evidence, answering your points, well developed and not repeated."
-    )
 
 
 def _persuade_turn(text: str, earlier: Sequence[str], rng: np.random.Generator) -> str:
@@ -110,7 +103,7 @@ def persuade_conversation(
     env = make_env("persuade", backend="scripted", max_steps=MAX_TURNS["persuade"], seed=env_seed)
     solver = make_solver("persuade", task, rng, env.max_steps)
     env.reset(options={"task": task})
-    context: list[dict[str, str]] = [{"role": "user", "content": essay}]
+    exchanges: list[tuple[str, str]] = []
     earlier: list[str] = []
     out = []
     feedback: str | None = None
@@ -126,15 +119,14 @@ def persuade_conversation(
         rubric = score_argument(content, topic, earlier)
         if env.stance != min(len(STANCES) - 1, old + rubric.delta):  # the recomputed hidden state must agree
             raise RuntimeError(f"persuade {task.item_key}: the recomputed rubric disagrees with the env")
-        context.append({"role": "assistant", "content": content})
         out.append(
             (
-                [dict(m) for m in context],
+                user_turn_context(essay, exchanges, content),
                 feedback,
                 _persuade_states(claim, STANCES[old], STANCES[env.stance], rubric),
             )
         )
-        context.append({"role": "user", "content": feedback})
+        exchanges.append((content, feedback))
         earlier.append(content)
         if terminated or truncated:
             break
@@ -142,20 +134,6 @@ def persuade_conversation(
 
 
 # ---------------------------------------------------------------- intention
-
-
-def _intention_persona(record: Mapping[str, Any], picks: Sequence[int]) -> str:
-    from userrl.envs.intention.roles import IMPORTANCE_LABELS
-
-    lines = [
-        f"- {d['description']}: {d['options'][p]} (importance {IMPORTANCE_LABELS[d['importance']]})"
-        for d, p in zip(record["missing_details"], picks, strict=True)
-    ]
-    return (
-        f'You asked an AI assistant for help: "{record["task"]}" (category: {record["category"]}). You left '
-        "out details you have clear wishes about, and you share each only when asked about it:\n"
-        + "\n".join(lines)
-    )
 
 
 def _intention_value(details: Sequence[Mapping[str, Any]]) -> str:
@@ -194,7 +172,7 @@ def intention_conversation(
     record = task.data
     details = record["missing_details"]
     picks = list(env._option_picks)  # the scripted user's hidden preferences, drawn at reset
-    context: list[dict[str, str]] = [{"role": "user", "content": record["task"]}]
+    exchanges: list[tuple[str, str]] = []
     out = []
     feedback: str | None = None
     for _ in range(MAX_TURNS["intention"]):
@@ -205,12 +183,15 @@ def intention_conversation(
             content = _OFF_TOPIC[int(rng.integers(len(_OFF_TOPIC)))]
         obs, _, terminated, truncated, _ = env.step(tool_call_to_action(choice, content))
         feedback = obs["feedback"]
-        context.append({"role": "assistant", "content": content})
-        out.append(([dict(m) for m in context], feedback, _intention_states(feedback, details, picks)))
-        context.append({"role": "user", "content": feedback})
+        out.append((user_turn_context(record["task"], exchanges, content), feedback,
+                    _intention_states(feedback, details, picks)))
+        exchanges.append((content, feedback))
         if terminated or truncated:
             break
-    return _intention_persona(record, picks), out
+    from userrl.envs.intention.roles import humanlm_persona
+    from userrl.envs.intention.tasks import details_of
+
+    return humanlm_persona(record["task"], record["category"], details_of(record), picks), out
 
 
 # ---------------------------------------------------------------- rows
@@ -230,10 +211,9 @@ def gym_rows(gym: str, split: str, seed: int = SEED) -> list[Row]:
         task_seed = _task_seed(seed, gym, task.item_key)
         rng = np.random.default_rng(task_seed)
         if gym == "persuade":
-            persona, turns = (
-                _persuade_persona(task.data["claim"]),
-                persuade_conversation(task, rng, task_seed),
-            )
+            from userrl.envs.persuade.roles import humanlm_persona
+
+            persona, turns = humanlm_persona(task.data["claim"]), persuade_conversation(task, rng, task_seed)
         else:
             persona, turns = intention_conversation(task, rng, task_seed)
         for turn, (context, reply, states) in enumerate(turns, start=1):
