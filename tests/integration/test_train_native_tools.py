@@ -4,6 +4,7 @@ the scripted customer; the run trains end to end and every trajectory has the la
 hardly be called here: that path is tested at the episode level in tests/unit/test_native_tools.py.)"""
 
 import pytest
+from mlflow import MlflowClient
 
 from userrl.algorithm import GRPOMultiTurnConfig
 
@@ -42,3 +43,13 @@ def test_native_tools_on_tau_trains_end_to_end(ray_local, tiny_model, tmp_path):
         for traj in samples:
             by_group.setdefault(traj.group_id, set()).add(tuple(traj.input_ids[: traj.prompt_len]))
         assert all(len(prompts) == 1 for prompts in by_group.values())
+        # MUA-RL's metrics (issue 18 item 3), each iteration: two groups; customer messages counted again here
+        assert r["rollout/mua/groups"] == 2 and len(samples) == 4
+        assert sum(r[f"rollout/mua/groups_{kind}"] for kind in ("all_correct", "all_wrong", "mixed")) == pytest.approx(1)
+        said = sum(turn.executed and turn.choice == "action" for traj in samples for turn in traj.turns)
+        assert r["rollout/mua/customer_messages_mean"] == pytest.approx(said / 4)
+    # ... and they reach MLflow (the tracker writes rollout/mua/x as rollout.mua.x)
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    (run,) = client.search_runs([client.get_experiment_by_name("native").experiment_id])
+    assert {"rollout.mua.groups_mixed", "rollout.mua.tool_calls_mean", "rollout.mua.customer_messages_mean"} <= set(
+        run.data.metrics)
