@@ -40,6 +40,13 @@ from userrl.trajectory import Trajectory, TurnRecord
 
 #: The n of the distinct-n metrics.
 DISTINCT_NS: tuple[int, ...] = (1, 2, 3)
+#: The batch-level metrics in display order, with their short labels (tables in `userrl evaluate` and `report`).
+LABELS: dict[str, str] = {
+    "groups": "groups", "groups_all_correct": "all-correct", "groups_all_wrong": "all-wrong",
+    "groups_mixed": "mixed", "tool_calls_mean": "tool calls/ep", "customer_messages_mean": "customer msgs/ep",
+    "tool_call_share": "tool share", "tool_error_rate": "tool error rate",
+    **{f"distinct_{n}": f"distinct-{n}" for n in DISTINCT_NS},
+}
 _WORD = re.compile(r"\w+")
 
 

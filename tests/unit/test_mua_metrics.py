@@ -135,3 +135,4 @@ def test_evaluation_rows_give_the_same_metrics_with_an_item_s_passes_as_its_grou
     print_mua(metrics, console)
     shown = console.export_text()
     assert "MUA-RL tool calls" in shown and "get_user_details" in shown and "0.500" in shown
+    assert "all-wrong" in shown and "distinct-3" in shown

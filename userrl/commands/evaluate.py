@@ -31,7 +31,7 @@ from userrl.actors.env_runner import EpisodeSpec
 from userrl.commands.eval_metrics import EPISODE_SCHEMA, TRAVEL, flat_metrics, summarize
 from userrl.config import GymSpec, UserRLConfig, apply_overrides, parse_config, read_yaml_mapping
 from userrl.envs import GYMS, Task, load_tasks
-from userrl.mua_metrics import mua_metrics
+from userrl.mua_metrics import LABELS, mua_metrics
 from userrl.trajectory import Trajectory, TurnRecord
 
 log = logging.getLogger(__name__)
@@ -458,12 +458,12 @@ def print_summary(result: EvalResult, console: Console) -> None:
 
 def print_mua(metrics: dict[str, float], console: Console) -> None:
     """MUA-RL's metrics (userrl/mua_metrics.py): the batch's numbers, then one row per tool."""
-    batch = {name: value for name, value in metrics.items() if "/" not in name}
-    table = Table(title="MUA-RL (native tools; a group is an item's passes; tool calls and customer messages "
-                  "per episode)")
-    for name in batch:
-        table.add_column(name, justify="right", no_wrap=True)
-    table.add_row(*(f"{value:g}" if name == "groups" else _fmt(value) for name, value in batch.items()))
+    table = Table(title="MUA-RL (native tools; a group is an item's passes)")
+    table.add_column("metric", no_wrap=True)
+    table.add_column("value", justify="right", no_wrap=True)
+    for name, label in LABELS.items():
+        if name in metrics:
+            table.add_row(label, f"{metrics[name]:g}" if name == "groups" else _fmt(metrics[name]))
     console.print(table)
     tools = [name.removeprefix("tool_calls/") for name in metrics if name.startswith("tool_calls/")]
     if tools:

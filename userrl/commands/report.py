@@ -21,6 +21,7 @@ from rich.console import Console
 
 from userrl.config import ConfigError
 from userrl.envs.base import INVALID_TOOL_CALL
+from userrl.mua_metrics import LABELS
 
 # MLflow metric keys (our tracker writes "rollout/reward_mean" as "rollout.reward_mean").
 REWARD, SUCCESS, VALID, TURNS = "rollout.reward_mean", "rollout.success_rate", "rollout.valid_action_rate", \
@@ -186,12 +187,6 @@ def gym_table(data: ExperimentData, stats: pl.DataFrame, gym: str, varying: list
 
 # --- MUA-RL (env.protocol native_tools) ----------------------------------------------------------------
 
-#: (column, metric name under `<source>.mua.`): MUA-RL's per-batch metrics (userrl/mua_metrics.py).
-_MUA_COLUMNS = (("groups", "groups"), ("all-correct", "groups_all_correct"), ("all-wrong", "groups_all_wrong"),
-                ("mixed", "groups_mixed"), ("tool calls/ep", "tool_calls_mean"),
-                ("customer msgs/ep", "customer_messages_mean"), ("tool share", "tool_call_share"),
-                ("tool error rate", "tool_error_rate"), ("distinct-1", "distinct_1"), ("distinct-2", "distinct_2"),
-                ("distinct-3", "distinct_3"))
 MUA_SOURCES = (("rollout", "training rollouts"), ("eval", "evaluation"))
 
 
@@ -208,15 +203,13 @@ def _mua_history(data: ExperimentData, source: str) -> pl.DataFrame:
 def mua_table(data: ExperimentData, source: str) -> pl.DataFrame | None:
     """One row per run: MUA-RL's metrics of its last batch (`<source>.mua.*`); None when no run has them."""
     rows = _mua_history(data, source)
-    names = dict((name, column) for column, name in _MUA_COLUMNS)
-    at_last = rows.filter((pl.col("step") == pl.col("last")) & pl.col("key").is_in(list(names)))
+    at_last = rows.filter((pl.col("step") == pl.col("last")) & pl.col("key").is_in(list(LABELS)))
     if at_last.is_empty():
         return None
     wide = at_last.pivot(on="key", index=["run_id", "last"], values="value", aggregate_function="last")
-    present = [name for _, name in _MUA_COLUMNS if name in wide.columns]
-    counts = {"groups"}  # shown as whole numbers
-    table = wide.select("run_id", pl.col("last").alias("iteration"),
-                        *((pl.col(n).cast(pl.Int64) if n in counts else pl.col(n)).alias(names[n]) for n in present))
+    present = [name for name in LABELS if name in wide.columns]
+    table = wide.select("run_id", pl.col("last").alias("iteration"),  # groups is a count: a whole number
+                        *((pl.col(n).cast(pl.Int64) if n == "groups" else pl.col(n)).alias(LABELS[n]) for n in present))
     return data.runs.select("run_id", "label").join(table, on="run_id", how="inner").sort("label")
 
 
