@@ -70,7 +70,58 @@ def rollout(coordinator, iteration: int):
     specs = episode_specs(coordinator.train_tasks.sample(tc.batch_size, iteration), tc.group_size, f"b{iteration}")
     start = time.perf_counter()
     trajectories = coordinator.group.play(specs, seed=iteration)
+    rollout.tasks = [spec.task for spec in specs]  # in the order of the trajectories
     return trajectories, time.perf_counter() - start
+
+
+def turn_breakdown(group, reset: bool = False) -> dict[str, float]:
+    """The env runners' seconds per phase of their turns (userrl/actors/turn_timing.py), summed."""
+    import ray
+
+    totals: Counter = Counter()
+    for answer in ray.get([runner.turn_timings.remote(reset) for runner in group.runners]):
+        totals.update(answer)
+    return dict(totals)
+
+
+def _print_breakdown(timings: dict[str, float], b_s: float, a_engine_s: float, a_s: float) -> None:
+    """Where (b)'s episode time went, per turn and as episodes in each phase on average over (b)'s seconds."""
+    from userrl.actors.turn_timing import PHASES
+
+    turns, episodes = timings["turns"], timings["episodes"]
+    total = sum(timings[phase] for phase in PHASES)
+    print(f"\n(b) breakdown over {episodes:.0f} episodes, {turns:.0f} turns ({b_s:.2f} s): seconds summed over "
+          "episodes, ms per turn, episodes in the phase on average")
+    print("| phase | summed s | ms/turn | episodes on average |")
+    print("|---|---|---|---|")
+    for phase in PHASES:
+        if timings[phase]:
+            print(f"| {phase} | {timings[phase]:.2f} | {1000 * timings[phase] / turns:.1f} "
+                  f"| {timings[phase] / b_s:.1f} |")
+    print(f"| all | {total:.2f} | {1000 * total / turns:.1f} | {total / b_s:.1f} |")
+    engine = timings["engine_open"] + timings["engine_first"] + timings["engine_decode"]
+    print(f"(a) for comparison: its sequences spent {a_engine_s:.2f} s summed in the engine "
+          f"({a_engine_s / a_s:.1f} on average over its {a_s:.2f} s); (b)'s turns {engine:.2f} s "
+          f"({engine / b_s:.1f} on average)", flush=True)
+
+
+def cold(replica, args: argparse.Namespace) -> None:
+    """--cold-cache: drop the replica's prefix cache, so that each run computes its own prompts (without it, (a)
+    and (a0) find the first prompts that (b) just computed in the cache, and compute less than (b) did)."""
+    import ray
+
+    if args.cold_cache and not ray.get(replica.reset_prefix_cache.remote()):
+        raise RuntimeError("the replica's prefix cache could not be reset (a request still holds blocks)")
+
+
+def _steps(before: dict, after: dict) -> tuple[int, int, float, int]:
+    """Engine-core steps, their rows, output transfer seconds and prompt tokens computed (not from the prefix
+    cache or a session's kept KV) between two `get_stats` answers (vllm)."""
+    def delta(key: str) -> float:
+        return after.get(key, 0) - before.get(key, 0)
+
+    return (int(delta("steps")), int(delta("step_rows")), delta("step_output_s"),
+            int(delta("prompt_tokens") - delta("cached_prompt_tokens")))
 
 
 def raw_engine(replica, trajectories, first_prompt_only: bool = False) -> tuple[int, float]:
@@ -90,6 +141,8 @@ def raw_engine(replica, trajectories, first_prompt_only: bool = False) -> tuple[
     outputs = ray.get([replica.generate.remote(r) for r in requests])
     seconds = time.perf_counter() - start
     assert [len(o.token_ids) for o in outputs] == [r.max_new_tokens for r in requests]
+    raw_engine.engine_s = sum(o.timing["done"] - o.timing["put"] for o in outputs
+                              if o.timing and "put" in o.timing)  # sequences' summed time in the engine
     return sum(len(o.token_ids) for o in outputs), seconds
 
 
@@ -131,6 +184,72 @@ def naive_loop(config, model_path: str, episodes: int) -> tuple[int, float, int]
         traj = asyncio.run(run_episode(env, task, TokenPolicy(chat, generate), limits, uid=f"c{i}", group_id=f"c{i}"))
         sampled += traj.num_sampled
     return sampled, time.perf_counter() - start, len(tasks)
+
+
+def client_costs(config, model_path: str, trajectories, tasks) -> dict[str, float]:
+    """The runner's CPU per turn, replayed in this process: (b)'s episodes again through `run_episode` with
+    their recorded tokens as the replies, the tokenizer's decode, the parse, the env step and the rendering
+    of the tool message timed separately (what the `client` phase of the breakdown spends its time on)."""
+    from transformers import AutoTokenizer
+
+    from userrl.chat import ChatFormat
+    from userrl.engines.base import GenerationOutput
+    from userrl.env_runner_group import env_kwargs, rollout_limits
+    from userrl.envs import make_env
+    from userrl.rollout import TokenPolicy, run_episode
+
+    chat = ChatFormat(AutoTokenizer.from_pretrained(model_path), config.env.protocol)
+    limits, kwargs = rollout_limits(config), env_kwargs(config)
+    spent: Counter = Counter()
+
+    def timed(name: str, function):
+        def wrapper(*args, **kw):
+            tick = time.perf_counter()
+            try:
+                return function(*args, **kw)
+            finally:
+                spent[name] += time.perf_counter() - tick
+        return wrapper
+
+    def atimed(name: str, function):
+        async def wrapper(*args, **kw):
+            tick = time.perf_counter()
+            try:
+                return await function(*args, **kw)
+            finally:
+                spent[name] += time.perf_counter() - tick
+        return wrapper
+
+    chat.tokenizer.decode = timed("decode", chat.tokenizer.decode)
+    chat.parse = timed("parse", chat.parse)
+    chat.encode_after_assistant = timed("encode", chat.encode_after_assistant)
+    turns = 0
+    start = time.perf_counter()
+    for traj, task in zip(trajectories, tasks, strict=True):
+        sampled = [[token for token, trained, turn in zip(traj.input_ids, traj.loss_mask, traj.turn_ids, strict=True)
+                    if trained and turn == k] for k in range(len(traj.turns))]
+
+        played: list[int] = []
+
+        async def replay(request, sampled=sampled, played=played):
+            ids = sampled[len(played)]
+            played.append(len(ids))
+            stop = bool(ids) and ids[-1] in request.stop_token_ids
+            return GenerationOutput(ids, [0.0] * len(ids), "stop" if stop else "length")
+
+        tick = time.perf_counter()
+        env = make_env(task.gym, task, **kwargs.get(task.gym, {}))
+        spent["env_build"] += time.perf_counter() - tick
+        env.astep = atimed("env_step", env.astep)
+        asyncio.run(run_episode(env, task, TokenPolicy(chat, replay), limits, uid=traj.uid, group_id=traj.group_id))
+        turns += len(played)
+    total = time.perf_counter() - start
+    named = sum(spent.values())
+    print(f"runner CPU per turn, replayed in one process ({turns} turns, {len(trajectories)} episodes): " + ", ".join(
+        f"{name} {1000 * seconds / turns:.2f} ms" for name, seconds in spent.most_common())
+        + f", the rest of the episode loop {1000 * (total - named) / turns:.2f} ms "
+          f"(total {1000 * total / turns:.2f} ms/turn; asyncio.run per episode included)", flush=True)
+    return {name: seconds / turns for name, seconds in spent.items()}
 
 
 def weight_sync(group, learner, repeats: int = 5) -> dict[str, list[dict[str, float]]]:
@@ -216,19 +335,47 @@ def _measure(args: argparse.Namespace, config, model_path: str, group):
     coordinator = RolloutCoordinator(config, group)
     replica = group.replicas[0]
     rollout(coordinator, 100)  # warm-up: first requests, compiled shapes, env imports
+    turn_breakdown(coordinator.group, reset=True)
+    cold(replica, args)
+    before = ray.get(replica.get_stats.remote())
     trajectories, b_s = rollout(coordinator, 1)
+    timings = turn_breakdown(coordinator.group)
     b_tokens = sum(t.num_sampled for t in trajectories)
     turns = statistics.mean(len(t.turns) for t in trajectories)
     stops = Counter(t.stop_reason for t in trajectories)
     print(f"(b) rollout: {b_tokens} tokens in {b_s:.2f} s, {turns:.2f} turns/episode, stops {dict(stops)}", flush=True)
     stats = ray.get(replica.get_stats.remote())
+    steps = {"b": _steps(before, stats)}
+    cold(replica, args)
+    after_b = ray.get(replica.get_stats.remote())
     a_tokens, a_s = raw_engine(replica, trajectories)
+    after_a = ray.get(replica.get_stats.remote())
+    steps["a"] = _steps(after_b, after_a)
+    cold(replica, args)
+    after_a = ray.get(replica.get_stats.remote())
     print(f"(a) raw engine: {a_tokens} tokens in {a_s:.2f} s; b/a = {b_tokens / b_s / (a_tokens / a_s):.2f}",
           flush=True)
+    a_engine_s = raw_engine.engine_s
     a0 = raw_engine(replica, trajectories, first_prompt_only=True)
     print(f"(a0) raw engine, first prompts: {a0[0]} tokens in {a0[1]:.2f} s; "
           f"b/a0 = {b_tokens / b_s / (a0[0] / a0[1]):.2f}", flush=True)
+    steps["a0"] = _steps(after_a, ray.get(replica.get_stats.remote()))
     print(f"replica stats after (b): {stats}", flush=True)
+    _print_breakdown(timings, b_s, a_engine_s, a_s)
+    opened = {key: stats.get(key, 0) - before.get(key, 0)
+              for key in ("session_opens", "open_prompt_tokens", "open_cached_tokens", "chunk_tokens")}
+    if opened["session_opens"]:
+        print(f"(b) prompt tokens: {opened['session_opens']} opening prompts of {opened['open_prompt_tokens']} tokens, "
+              f"{opened['open_cached_tokens']} of them from the prefix cache; later turns' chunks "
+              f"{opened['chunk_tokens']} tokens (all computed)", flush=True)
+    for run, seconds in (("b", b_s), ("a", a_s), ("a0", a0[1])):
+        count, rows, output_s, computed = steps[run]
+        if count:
+            print(f"({run}) engine steps: {count}, {rows / count:.1f} rows each on average, "
+                  f"{1000 * seconds / count:.1f} ms per step, outputs reached the replica "
+                  f"{1000 * output_s / count:.2f} ms after their step; {computed} prompt tokens computed",
+                  flush=True)
+    client_costs(config, model_path, trajectories, rollout.tasks)
     if args.rollout_only:
         return None
     naive = naive_loop(config, model_path, args.naive_episodes)
@@ -254,6 +401,8 @@ def main() -> None:
     parser.add_argument("--vllm", nargs="*", default=[], metavar="KEY=VALUE", help="policy.vllm settings")
     parser.add_argument("--rollout-only", action="store_true", help="skip (c), the learner and the weight sync")
     parser.add_argument("--sync-only", action="store_true", help="the weight sync only (both paths)")
+    parser.add_argument("--cold-cache", action="store_true",
+                        help="vllm: empty the prefix cache before (b), (a) and (a0), so each computes its own prompts")
     parser.add_argument("--sync-repeats", type=int, default=5, help="weight syncs per path")
     args = parser.parse_args()
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")

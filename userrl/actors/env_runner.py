@@ -13,6 +13,7 @@ from typing import Any
 import ray
 
 from userrl.actors.policy_replica import ReplicaHandle
+from userrl.actors.turn_timing import TurnTimings
 from userrl.chat import ChatFormat
 from userrl.engines.base import GenerationOutput, GenerationRequest
 from userrl.envs import MultiTurnEnv, Task, make_env
@@ -145,6 +146,7 @@ class EnvRunner(EpisodePlayer):
         self.affinity: dict[str, int] = {}
         self.replica_wait_s = replica_wait_s
         self.stats = {"replica_retries": 0}
+        self.timings = TurnTimings()
 
     def _pick(self, request: GenerationRequest) -> int:
         index = min(range(len(self.replicas)), key=self.outstanding.__getitem__)
@@ -162,7 +164,10 @@ class EnvRunner(EpisodePlayer):
             index = self._pick(request)
             self.outstanding[index] += 1
             try:
-                return await self.replicas[index].generate(request)
+                sent = self.timings.sending(request.cache_key)
+                output = await self.replicas[index].generate(request)
+                self.timings.received(request.cache_key, sent, output.timing)
+                return output
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as error:
                 # The replica died or is restarting: its cached prefix is gone, the request carries the
                 # whole prompt, and its seed makes the retry sample what the first try would have.
@@ -183,9 +188,11 @@ class EnvRunner(EpisodePlayer):
 
     async def play_one(self, spec: EpisodeSpec, seed: int, limits: RolloutLimits) -> Trajectory:
         """One episode on the replicas; one that lost its replica for good says so (the group re-runs it)."""
+        self.timings.episode_started(spec.uid)
         try:
             traj = await super().play_one(spec, seed, limits)
         finally:
+            self.timings.episode_ended(spec.uid)
             self._end_session(spec.uid)
         if traj.error == f"generate_exception:{ReplicaLost.__name__}":
             traj.error = REPLICA_LOST
@@ -194,6 +201,10 @@ class EnvRunner(EpisodePlayer):
     def node_id(self) -> str:
         """The Ray node this actor runs on (hex id)."""
         return ray.get_runtime_context().get_node_id()
+
+    def turn_timings(self, reset: bool = False) -> dict[str, float]:
+        """Seconds per phase of the turns played since the last reset (userrl/actors/turn_timing.py)."""
+        return self.timings.snapshot(reset)
 
     def ping(self) -> dict[str, int]:
         """Alive: this runner's process id and counters (replica requests sent again after a replica died)."""

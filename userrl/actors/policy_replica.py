@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 import warnings
 from collections.abc import AsyncIterator
 from functools import partial
@@ -98,10 +99,15 @@ class PolicyReplica:
 
     async def generate(self, request: GenerationRequest) -> GenerationOutput:
         """Queue one request and wait for its output (after a restart: once the current weights are in)."""
+        arrived = time.monotonic()
         await self._ready().wait()
         if self._streaming:
-            return await self._generate_streaming(request)
-        return await self._enqueue(request, None)
+            output = await self._generate_streaming(request)
+        else:
+            output = await self._enqueue(request, None)
+        # Stamps for the env runner's breakdown of a turn: what is not the engine's is this actor's and Ray's.
+        output.timing = {**(output.timing or {}), "replica_in": arrived, "replica_out": time.monotonic()}
+        return output
 
     async def generate_stream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
         """Yield the request's tokens as they are sampled; the last chunk carries the whole output.
@@ -277,6 +283,11 @@ class PolicyReplica:
     def end_session(self, key: str) -> None:
         """The episode behind `key` has ended: the engine may drop the KV it kept for its next turn."""
         self.engine.end_session(key)
+
+    async def reset_prefix_cache(self) -> bool:
+        """Drop the engine's prefix cache between batches (benchmarks start each run from the same state)."""
+        async with self._lock():
+            return await asyncio.get_running_loop().run_in_executor(None, self.engine.reset_prefix_cache)
 
     def shutdown(self) -> None:
         """Stop the engine's own processes (vllm); call before killing the actor."""

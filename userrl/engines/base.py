@@ -34,6 +34,9 @@ class GenerationOutput:
     logprobs: list[float]
     finish_reason: Literal["stop", "length"]
     policy_version: int = 0
+    #: Where the request's time went: `time.monotonic()` stamps (one clock for every process of a machine)
+    #: set along the way (replica_in/out, engine put/first/done), read by the env runner's breakdown.
+    timing: dict[str, float] | None = None
 
 
 @dataclass
@@ -71,6 +74,10 @@ class Engine:
 
     def end_session(self, key: str) -> None:
         """The episode behind `key` is over: drop whatever was kept for its next turn."""
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget the KV kept for prefix reuse (benchmarks start runs alike); False when there is none."""
+        return False
 
     def sleep(self) -> bool:
         """Free device memory for a colocated learner; False when the engine cannot."""

