@@ -1,10 +1,14 @@
 """The Serve endpoint over real HTTP with the official `openai` client: chat, streaming, tool calls,
-models, health, the API key, and every 4xx case.
+models, health, the API key, and every 4xx case; and a `native_tools` model's tool calls.
 
 The served model is the tiny random Llama with its output head fitted (least squares on its own final
 hidden states) so that greedy decoding writes known replies to two known prompts: a tool call and a
 plain sentence. Everything between the client and the tokens (gateway, rendering, model replica,
 decoding, tool-call parsing, SSE) is the real path.
+
+A second app on the same Serve instance serves a native_tools model fitted the same way on the token ids
+training's ChatFormat builds for a Tau-like episode (a tool call, then after the tool's result a plain
+reply): it writes them only if the gateway renders the OpenAI conversation into those very ids.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import pytest
 import requests
 import torch
 
-from userrl.chat import TOOL_SCHEMA
+from userrl.chat import TOOL_SCHEMA, ChatFormat
 from userrl.serving.chat_engine import ChatEngine
 from userrl.serving.protocol import parse_request
 
@@ -31,6 +35,11 @@ TOOL_MESSAGES = [{"role": "system", "content": "Play the game."},
                  {"role": "user", "content": "What is f at the test input?"}]
 HELLO_MESSAGES = [{"role": "user", "content": "Say hello."}]
 HELLO = "Hello there! How can I help you today? ☕"
+NATIVE_MESSAGES = [{"role": "system", "content": "You are a retail customer service agent. Use the tools."},
+                   {"role": "user", "content": "Please cancel my order #W2378156."}]
+NATIVE_CALL = {"name": "get_order_details", "arguments": {"order_id": "#W2378156"}}
+NATIVE_RESULT = '{"order_id": "#W2378156", "status": "pending"}'
+NATIVE_REPLY = "It is pending."
 
 
 def free_port() -> int:
@@ -47,15 +56,42 @@ def _prompt_ids(engine: ChatEngine, messages: list[dict], tools: list | None = N
 
 def build_forced_model(base: str, out: Path) -> Path:
     """The base model with an untied output head fitted so that greedy decoding of the two prompts gives
-    the tool call `answer 42` and HELLO (teacher-forced hidden states are the ones greedy decoding sees)."""
-    from transformers import AutoModelForCausalLM
-
+    the tool call `answer 42` and HELLO."""
     engine = ChatEngine(base)
     tok = engine.tokenizer
     eos = tok.convert_tokens_to_ids(tok.eos_token)
     pairs = [(_prompt_ids(engine, TOOL_MESSAGES, [TOOL_SCHEMA]),
               tok.encode(engine.chat.render_action("answer", "42"), add_special_tokens=False) + [eos]),
              (_prompt_ids(engine, HELLO_MESSAGES), tok.encode(HELLO, add_special_tokens=False) + [eos])]
+    return fit_head(base, out, pairs)
+
+
+def native_tools() -> list[dict]:
+    """A Tau-like tool list: three of Tau retail's schemas."""
+    from userrl.envs.tau.tools import domain_tools
+
+    tools = domain_tools("retail")
+    return [tools[name].schema() for name in ("get_order_details", "cancel_pending_order", "transfer_to_human_agents")]
+
+
+def native_training_turns(tokenizer) -> list[tuple[list[int], list[int]]]:
+    """(prompt ids, sampled ids) of the two turns as training assembles them (ChatFormat, native_tools): the
+    call NATIVE_CALL, then after its result NATIVE_RESULT the plain reply NATIVE_REPLY."""
+    chat = ChatFormat(tokenizer, "native_tools")
+    tools = native_tools()
+    first = [i for ids, _ in chat.encode_prompt(chat.initial_messages(NATIVE_MESSAGES, tools), tools) for i in ids]
+    call = tokenizer.encode(chat.render_action("answer", json.dumps(NATIVE_CALL)), add_special_tokens=False)
+    call.append(tokenizer.eos_token_id)
+    second = first + call + chat.encode_after_assistant([{"role": "tool", "content": NATIVE_RESULT}]) + chat.header_ids
+    return [(first, call), (second, tokenizer.encode(NATIVE_REPLY, add_special_tokens=False) + [tokenizer.eos_token_id])]
+
+
+def fit_head(base: str, out: Path, pairs: list[tuple[list[int], list[int]]]) -> Path:
+    """The base model with an untied output head fitted so that greedy decoding of each prompt gives its
+    target ids (teacher-forced hidden states are the ones greedy decoding sees), saved at `out`."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(base)
     model = AutoModelForCausalLM.from_pretrained(base)
     features, targets = [], []
     with torch.no_grad():
@@ -78,21 +114,25 @@ def build_forced_model(base: str, out: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(ray_local, tiny_model, tmp_path_factory):
-    """The app (with an API key) on a free loopback port; yields the base URL."""
+def server(ray_local, tiny_model, tokenizer, tmp_path_factory):
+    """The app (with an API key) on a free loopback port; yields the base URL. A second app, deployed
+    with it (their replicas start together), serves the native_tools model at /native without a key."""
     from ray import serve
 
     from userrl.serving.app import build_app
     from userrl.serving.config import ServeConfig
 
     folder = build_forced_model(tiny_model, tmp_path_factory.mktemp("forced") / "forced-tiny")
+    native = fit_head(tiny_model, tmp_path_factory.mktemp("native") / "native-tiny", native_training_turns(tokenizer))
     os.environ[KEY_ENV] = KEY
     port = free_port()
-    config = ServeConfig(model=str(folder), model_name="forced-tiny", max_model_len=1024, default_max_tokens=48,
-                         num_threads=1, num_cpus_per_replica=0.5, api_key_env=KEY_ENV, port=port,
-                         play={"enabled": False})
+    common = {"max_model_len": 1024, "num_threads": 1, "num_cpus_per_replica": 0.5, "play": {"enabled": False}}
+    config = ServeConfig(model=str(folder), model_name="forced-tiny", default_max_tokens=48, api_key_env=KEY_ENV,
+                         port=port, **common)
+    native_config = ServeConfig(model=str(native), model_name="native-tiny", protocol="native_tools", **common)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
-    serve.run(build_app(config), name="userrl-test", route_prefix="/")
+    serve.run_many([serve.RunTarget(build_app(config), name="userrl-test", route_prefix="/"),
+                    serve.RunTarget(build_app(native_config), name="userrl-test-native", route_prefix="/native")])
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
@@ -103,6 +143,12 @@ def server(ray_local, tiny_model, tmp_path_factory):
 @pytest.fixture(scope="module")
 def client(server) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{server}/v1", api_key=KEY, max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def native_client(server) -> openai.OpenAI:
+    """The native_tools app: a model fitted to training's native_tools ids, served with `protocol: native_tools`."""
+    return openai.OpenAI(base_url=f"{server}/native/v1", api_key="unused", max_retries=0, timeout=60)
 
 
 def test_health_and_models(server, client):
@@ -202,3 +248,40 @@ def test_bad_json_and_openai_client_errors(server, client):
         client.chat.completions.create(model="forced-tiny", messages=HELLO_MESSAGES, temperature=-1)
     with pytest.raises(openai.NotFoundError, match="forced-tiny"):
         client.chat.completions.create(model="nope", messages=HELLO_MESSAGES)
+
+
+def test_native_tools_model_calls_tools_as_trained(native_client, tokenizer):
+    """One tool call in OpenAI's format (content null, finish tool_calls), streamed too (the chunks
+    accumulated by the openai library); the tool's result goes back and the model answers in plain text.
+    Each prompt the server counts is training's, whose ids alone the model was fitted to answer."""
+    from openai.lib.streaming.chat import ChatCompletionStreamState
+
+    (first, _), (second, _) = native_training_turns(tokenizer)
+    request = {"model": "native-tiny", "messages": NATIVE_MESSAGES, "tools": native_tools(), "temperature": 0}
+    reply = native_client.chat.completions.create(**request)
+    choice = reply.choices[0]
+    assert choice.finish_reason == "tool_calls" and choice.message.content is None
+    (call,) = choice.message.tool_calls
+    assert call.type == "function" and call.id.startswith("call_")
+    assert {"name": call.function.name, "arguments": json.loads(call.function.arguments)} == NATIVE_CALL
+    assert reply.usage.prompt_tokens == len(first)
+
+    state = ChatCompletionStreamState()
+    for chunk in native_client.chat.completions.create(**request, stream=True):
+        state.handle_chunk(chunk)
+    streamed = state.get_final_completion().choices[0]
+    assert streamed.finish_reason == "tool_calls" and not streamed.message.content
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in streamed.message.tool_calls] == [
+        (NATIVE_CALL["name"], NATIVE_CALL["arguments"])]
+
+    request["messages"] = [*NATIVE_MESSAGES, choice.message.model_dump(exclude_none=True),
+                           {"role": "tool", "tool_call_id": call.id, "content": NATIVE_RESULT}]
+    follow = native_client.chat.completions.create(**request)
+    assert follow.choices[0].message.content == NATIVE_REPLY and follow.choices[0].message.tool_calls is None
+    assert follow.choices[0].finish_reason == "stop" and follow.usage.prompt_tokens == len(second)
+    state = ChatCompletionStreamState()
+    for chunk in native_client.chat.completions.create(**request, stream=True):
+        state.handle_chunk(chunk)
+    streamed = state.get_final_completion().choices[0]
+    assert streamed.message.content == NATIVE_REPLY and not streamed.message.tool_calls
+    assert streamed.finish_reason == "stop"

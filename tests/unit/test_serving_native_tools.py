@@ -117,28 +117,36 @@ def test_exported_template_gives_vllm_the_training_prompts(engine, episode, toke
         ids = exported.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=True,
                                            return_dict=False)
         assert list(ids) == episode.input_ids[:_sampled(episode, k)[0]], k
-    # the exported folder serves as it is: its userrl.json names the protocol, its template is kept
-    served = ChatEngine(str(out))
-    assert served.protocol == "native_tools" and served.tokenizer.chat_template == exported.chat_template
+    # the exported folder serves as it is: its userrl.json names the protocol, the gateway keeps its template
+    from userrl.serving.chat_engine import model_protocol
+
+    assert model_protocol(str(out), None) == "native_tools"
+    assert tool_chat_template(exported.chat_template, "native_tools") == exported.chat_template
 
 
 def test_a_template_that_renders_tools_keeps_them(tiny_model):
-    """Training passed the schemas through `tools` to a template that renders them (nothing in the system
-    message): so does the preamble."""
+    """Training passed the schemas through `tools` to a template that renders them (nothing added to the
+    system message): so does the preamble, which only writes tool calls as the text training sampled."""
     from test_native_tools import TOOLS_TEMPLATE
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     tokenizer.chat_template = TOOLS_TEMPLATE
     chat = ChatFormat(tokenizer, "native_tools")
-    traj = play(chat, Scripted(chat, task=TASK))
-    tools = native_env().tool_schemas()
-    trained = tokenizer.apply_chat_template(traj.messages[:2], tools=tools, add_generation_prompt=True,
-                                            tokenize=False)
+    tools, opening = native_env().tool_schemas(), native_env().native_prompt()
+    trained = [i for ids, _ in chat.encode_prompt(chat.initial_messages(opening, tools), tools) for i in ids]
+    arguments = {"order_id": ORDER_ID}
+    history = [*chat.initial_messages(opening, tools), {"role": "assistant", "content": chat.render_action(
+        "answer", json.dumps({"name": "get_order_details", "arguments": arguments}))}, {"role": "tool", "content": "ok"}]
+    trained_text = tokenizer.apply_chat_template(history, tools=tools, tokenize=False)
+
     tokenizer.chat_template = tool_chat_template(TOOLS_TEMPLATE, "native_tools")
-    assert tokenizer.apply_chat_template(native_env().native_prompt(), tools=tools, add_generation_prompt=True,
-                                         tokenize=False) == trained
-    assert "You have these tools" not in trained and '"name": "cancel_pending_order"' in trained
+    ids = tokenizer.apply_chat_template(opening, tools=tools, add_generation_prompt=True, tokenize=True,
+                                        return_dict=False)
+    assert list(ids) == trained and "You have these tools" not in tokenizer.decode(ids)
+    sent = [*opening, {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "type": "function", "function": {
+        "name": "get_order_details", "arguments": json.dumps(arguments)}}]}, {"role": "tool", "content": "ok"}]
+    assert tokenizer.apply_chat_template(sent, tools=tools, tokenize=False) == trained_text
 
 
 @pytest.mark.parametrize(("text", "content", "called", "finish"), [
