@@ -18,6 +18,7 @@ from typing import Any
 
 from userrl.chat import (
     BRACKET_INSTRUCTIONS,
+    PROTOCOLS,
     TOOL_BLOCK,
     TOOL_NAME,
     ChatFormat,
@@ -37,24 +38,21 @@ log = logging.getLogger(__name__)
 BRACKET_CHOICES = ("action", "answer", "search", "finish")
 #: The opening of a tool_call protocol block (userrl.chat.TOOL_BLOCK).
 TOOL_CALL_OPEN = "<tool_call>"
-#: The action protocols a model can be served with (user_reply models are HumanLM's user simulators).
-SERVABLE_PROTOCOLS = ("tool_call", "bracket", "native_tools")
 
 
 def model_protocol(model_path: str, configured: str | None) -> str:
     """The action protocol: configured, else the one recorded by `userrl export`, else tool_call.
 
-    Raises ValueError for a protocol that cannot be served.
+    Raises ValueError for a protocol userrl does not know.
     """
     from pathlib import Path
 
     meta = Path(model_path) / USERRL_META
     protocol = configured or (json.loads(meta.read_text()).get("protocol", "tool_call") if meta.is_file()
                               else "tool_call")
-    if protocol not in SERVABLE_PROTOCOLS:
+    if protocol not in PROTOCOLS:
         where = "the serving config" if configured else str(meta)
-        raise ValueError(f"protocol {protocol!r} (from {where}) cannot be served; the servable protocols are "
-                         f"{', '.join(SERVABLE_PROTOCOLS)}")
+        raise ValueError(f"protocol {protocol!r} (from {where}) is not one of {', '.join(PROTOCOLS)}")
     return protocol
 
 
@@ -146,6 +144,9 @@ class ChatEngine:
         tools = [t.model_dump(exclude_none=True) for t in request.tools or []]
         use_tools = bool(tools) and request.tool_choice != "none"
         names = [t["function"]["name"] for t in tools] if use_tools else []
+        if use_tools and self.protocol == "user_reply":
+            raise APIError(400, "this model was trained as a user simulator (protocol user_reply): it calls no tools; "
+                           "leave `tools` out", param="tools")
         if use_tools and self.protocol == "bracket" and names != [TOOL_NAME]:
             raise APIError(400, f"this model was trained with the bracket protocol: the only tool it can call is "
                            f"{TOOL_NAME!r} (userrl.chat.TOOL_SCHEMA)", param="tools")

@@ -40,7 +40,7 @@ class ServeConfig(_Section):
     engine: str = Field("hf", description="inference engine, built by userrl.actors.policy_replica.build_engine")
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     engine_options: dict[str, Any] = Field(default_factory=dict, description="engine settings (vllm: as policy.vllm)")
-    protocol: Literal["tool_call", "bracket", "native_tools"] | None = Field(
+    protocol: Literal["tool_call", "bracket", "native_tools", "user_reply"] | None = Field(
         None, description="action protocol the model was trained with (default: userrl.json of the folder, else tool_call)")
     max_model_len: int = Field(2048, ge=16, description="prompt + completion tokens")
     default_max_tokens: int = Field(256, ge=1, description="completion tokens when a request gives no max_tokens")

@@ -191,13 +191,21 @@ def test_bad_tool_call_history_is_a_400(engine):
         assert error.value.status == 400 and error.value.param == "messages.2.tool_calls.0.function.arguments"
 
 
-def test_protocols_that_cannot_be_served_are_refused(tiny_model, tmp_path):
+def test_the_protocol_comes_from_the_folder_and_is_checked(tiny_model, tmp_path):
     from userrl.serving.chat_engine import model_protocol
 
     folder = tmp_path / "model"
     folder.mkdir()
-    (folder / "userrl.json").write_text(json.dumps({"protocol": "user_reply"}))
-    with pytest.raises(ValueError, match="'user_reply'.*cannot be served"):
+    (folder / "userrl.json").write_text(json.dumps({"protocol": "native_tool"}))
+    with pytest.raises(ValueError, match="'native_tool'.*userrl.json.*is not one of"):
         model_protocol(str(folder), None)
-    assert model_protocol(str(folder), "native_tools") == "native_tools"
+    assert model_protocol(str(folder), "native_tools") == "native_tools"  # the serving config wins
     assert model_protocol(str(Path(tiny_model)), None) == "tool_call"
+
+
+def test_a_user_simulator_calls_no_tools(tiny_model):
+    engine = ChatEngine(tiny_model, protocol="user_reply")
+    with pytest.raises(APIError, match="user simulator") as error:
+        engine.prepare(_request([{"role": "user", "content": "hi"}], tools=native_env().tool_schemas()))
+    assert error.value.param == "tools"
+    assert engine.prepare(_request([{"role": "user", "content": "hi"}])).tool_names == []
