@@ -149,6 +149,22 @@ def test_a_template_that_renders_tools_keeps_them(tiny_model):
     assert tokenizer.apply_chat_template(sent, tools=tools, tokenize=False) == trained_text
 
 
+def test_preambles_are_kept_or_swapped(tokenizer):
+    """A model exported as tool_call can be served as native_tools (the preamble is swapped, the model's own
+    template kept); one exported by an older userrl keeps its preamble for its own protocol only."""
+    from userrl.chat_template import MARKERS
+
+    base = tokenizer.chat_template
+    native = tool_chat_template(base, "native_tools")
+    assert native.endswith(base) and tool_chat_template(native, "native_tools") == native
+    assert tool_chat_template(tool_chat_template(base), "native_tools") == native
+    assert tool_chat_template(native, "tool_call") == tool_chat_template(base) == tool_chat_template(base, "bracket")
+    older = MARKERS["tool_call"] + "{%- set x = 1 -%}" + base
+    assert tool_chat_template(older, "bracket") == older
+    with pytest.raises(ValueError, match="export the checkpoint again"):
+        tool_chat_template(older, "native_tools")
+
+
 @pytest.mark.parametrize(("text", "content", "called", "finish"), [
     ("Which order would you like to cancel?", "Which order would you like to cancel?", None, "stop"),
     (call("get_order_details", order_id=ORDER_ID), None, ("get_order_details", {"order_id": ORDER_ID}), "tool_calls"),
