@@ -64,6 +64,8 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, *, force: bool = 
             "protocol": protocol, "iteration": meta.get("iteration"), "policy_version": meta.get("policy_version"),
             "checkpoint": str(checkpoint),
             "base_model": ((meta.get("config") or {}).get("policy") or {}).get("model"),
+            # A user simulator's reply ends after a field's closing tag (training cut it there): ask with these.
+            **({"stop_strings": list(ChatFormat(tokenizer, protocol).stop_strings)} if protocol == "user_reply" else {}),
         }, indent=2))
         if out.exists():
             shutil.rmtree(out)
