@@ -450,7 +450,7 @@ class SFTConfig(_Section):
         "rows: the humanlm rows' real replies (and ground-truth latent states) in the strict tag format, for "
         "env.protocol=user_reply (`userrl train-user` sets it).")
     path: str | None = Field(None, description="JSONL of demonstrations (source: file).")
-    episodes: int = Field(256, ge=1, description="Solver demonstrations to play (source: solver).")
+    episodes: int = Field(256, ge=1, description="Demonstrations to play (source: solver) or to draw (rows).")
     epochs: int = Field(2, ge=1, description="Passes over the demonstrations.")
     batch_size: int = Field(16, ge=1, description="Demonstrations per optimizer step.")
     lr: float = Field(5e-5, gt=0, description="AdamW learning rate of the warm start.")

@@ -19,7 +19,9 @@ T = TypeVar("T")
 def resolve_user_model(name: str, user_format: str = "plain") -> str:
     """The folder of env.local_user_model: a model name or folder (userrl.models.resolve_model), or a
     `userrl train-user` checkpoint folder (its model/). A checkpoint trained on user replies asked with the
-    gyms' plain prompts is refused: it was taught HumanLM's format, which env.local_user_format names."""
+    gyms' plain prompts is refused (its meta.json, or an exported folder's userrl.json, says it was trained on
+    user replies): it was taught HumanLM's format, which env.local_user_format names."""
+    import contextlib
     import json
     from pathlib import Path
 
@@ -28,12 +30,13 @@ def resolve_user_model(name: str, user_format: str = "plain") -> str:
     folder = Path(name).expanduser()
     if (folder / "meta.json").is_file() and (folder / "model" / "config.json").is_file():
         folder = folder / "model"
-    meta = folder.parent / "meta.json"
-    if folder.name == "model" and meta.is_file() and user_format != "humanlm":
-        try:
-            protocol = json.loads(meta.read_text())["config"]["env"]["protocol"]
-        except (OSError, ValueError, KeyError, TypeError):
-            protocol = None
+    if user_format != "humanlm":
+        protocol = None
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            if (folder / "userrl.json").is_file():  # a `userrl export` folder
+                protocol = json.loads((folder / "userrl.json").read_text())["protocol"]
+            elif folder.name == "model" and (folder.parent / "meta.json").is_file():  # a checkpoint's model/
+                protocol = json.loads((folder.parent / "meta.json").read_text())["config"]["env"]["protocol"]
         if protocol == "user_reply":
             raise ValueError(f"env.local_user_model={name} is a user simulator trained with `userrl train-user` "
                              "(HumanLM's format); set env.local_user_format=humanlm")
