@@ -5,7 +5,8 @@ In one process run, on the same model and the same episodes:
   (a) raw engine: the same number of sequences and the same token counts as rollout (b), all submitted at
       once to the same replica, one `generate` each: an episode's prompt tokens (its first prompt, tool
       results and turn headers, concatenated) as the prompt, and exactly its sampled-token count as fixed
-      length (no stop tokens): the engine's ceiling for the work the rollout did;
+      length (no stop tokens): the engine's ceiling for the work the rollout did (the token after the first
+      prompt is made the episode's own, so that, like (b), no two episodes share KV past the first prompt);
       (a0) the same with the first prompt only: the decode-only ceiling (less work than the rollout did);
   (b) userrl rollout: EnvRunner actors play multi-turn episodes of a gym with the scripted user against
       PolicyReplica actors (`--engine vllm` or `hf`), as a training iteration does (RolloutCoordinator.play);
@@ -124,18 +125,29 @@ def _steps(before: dict, after: dict) -> tuple[int, int, float, int]:
             int(delta("prompt_tokens") - delta("cached_prompt_tokens")))
 
 
-def raw_engine(replica, trajectories, first_prompt_only: bool = False) -> tuple[int, float]:
-    """(a): one sequence per episode, all at once: its prompt tokens (or first prompt), its sampled-token count."""
+def raw_engine(replica, trajectories, first_prompt_only: bool = False, rest: str = "distinct") -> tuple[int, float]:
+    """(a): one sequence per episode, all at once: its prompt tokens (or first prompt), its sampled-token count.
+
+    `rest="distinct"`: the first token after the first prompt is replaced by one of the episode's own, so that the
+    engine computes what (b) computed; "shared" leaves it (the construction before 2026-11-26, for older figures). Without the sampled tokens between them, the tool results and headers of
+    episodes of the same task are often identical (same action, same feedback), and the prefix cache let (a)
+    skip them; (b)'s episodes diverge at their first sampled token and share nothing past the first prompt.
+    """
     import ray
 
     from userrl.engines.base import GenerationRequest
 
-    def prompt(t) -> list[int]:
+    def prompt(i: int, t) -> list[int]:
+        first = t.input_ids[: t.prompt_len]
         if first_prompt_only:
-            return t.input_ids[: t.prompt_len]
-        return [token for token, trained in zip(t.input_ids, t.loss_mask, strict=True) if not trained]
+            return first
+        after = [token for token, trained in zip(t.input_ids[t.prompt_len:], t.loss_mask[t.prompt_len:], strict=True)
+                 if not trained]
+        if rest == "distinct" and after:
+            after[0] = 1000 + i  # same length, same compute; only the prefix cache can no longer match it
+        return first + after
 
-    requests = [GenerationRequest(prompt(t), t.num_sampled, temperature=1.0, seed=i)
+    requests = [GenerationRequest(prompt(i, t), t.num_sampled, temperature=1.0, seed=i)
                 for i, t in enumerate(trajectories) if t.num_sampled]
     start = time.perf_counter()
     outputs = ray.get([replica.generate.remote(r) for r in requests])
@@ -351,11 +363,18 @@ def _measure(args: argparse.Namespace, config, model_path: str, group):
     a_tokens, a_s = raw_engine(replica, trajectories)
     after_a = ray.get(replica.get_stats.remote())
     steps["a"] = _steps(after_b, after_a)
-    cold(replica, args)
-    after_a = ray.get(replica.get_stats.remote())
+    a_engine_s = raw_engine.engine_s
     print(f"(a) raw engine: {a_tokens} tokens in {a_s:.2f} s; b/a = {b_tokens / b_s / (a_tokens / a_s):.2f}",
           flush=True)
-    a_engine_s = raw_engine.engine_s
+    cold(replica, args)
+    after_b = ray.get(replica.get_stats.remote())
+    shared = raw_engine(replica, trajectories, rest="shared")
+    after_a = ray.get(replica.get_stats.remote())
+    steps["a shared"] = _steps(after_b, after_a)
+    print(f"(a, shared rest: before 2026-11-26) raw engine: {shared[0]} tokens in {shared[1]:.2f} s; "
+          f"b/a = {b_tokens / b_s / (shared[0] / shared[1]):.2f}", flush=True)
+    cold(replica, args)
+    after_a = ray.get(replica.get_stats.remote())
     a0 = raw_engine(replica, trajectories, first_prompt_only=True)
     print(f"(a0) raw engine, first prompts: {a0[0]} tokens in {a0[1]:.2f} s; "
           f"b/a0 = {b_tokens / b_s / (a0[0] / a0[1]):.2f}", flush=True)
@@ -368,7 +387,7 @@ def _measure(args: argparse.Namespace, config, model_path: str, group):
         print(f"(b) prompt tokens: {opened['session_opens']} opening prompts of {opened['open_prompt_tokens']} tokens, "
               f"{opened['open_cached_tokens']} of them from the prefix cache; later turns' chunks "
               f"{opened['chunk_tokens']} tokens (all computed)", flush=True)
-    for run, seconds in (("b", b_s), ("a", a_s), ("a0", a0[1])):
+    for run, seconds in (("b", b_s), ("a", a_s), ("a shared", shared[1]), ("a0", a0[1])):
         count, rows, output_s, computed = steps[run]
         if count:
             print(f"({run}) engine steps: {count}, {rows / count:.1f} rows each on average, "
