@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import json
 
-import torch
 from aiohttp import web
 from chat_server import LoopbackChatServer
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from teach import teach_reply
+from transformers import AutoTokenizer
 
 from userrl.algorithm import GRPOMultiTurnConfig
 from userrl.chat import ChatFormat
@@ -53,26 +53,11 @@ class FlakyOracle(LoopbackChatServer):
 
 def _teach_question(tiny_model: str, out: str) -> None:
     """A copy of tiny-random that answers every Turtle prompt with QUESTION (about 100 Adam steps)."""
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
-    model = AutoModelForCausalLM.from_pretrained(tiny_model)
-    chat = ChatFormat(tokenizer, "bracket")
-    answer = tokenizer.encode(QUESTION, add_special_tokens=False) + [chat.stop_token_ids[0]]
-    rows = []
-    for task in load_tasks("turtle", split="train")[:8]:
-        prompt = [i for ids, _ in chat.encode_prompt(chat.initial_messages(task.prompt)) for i in ids]
-        rows.append((prompt, answer))
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    torch.manual_seed(0)
-    for step in range(120):
-        prompt, target = rows[step % len(rows)]
-        ids = torch.tensor([prompt + target])
-        labels = torch.tensor([[-100] * len(prompt) + target])
-        loss = model(input_ids=ids, labels=labels).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    chat = ChatFormat(AutoTokenizer.from_pretrained(tiny_model), "bracket")
+    answer = chat.tokenizer.encode(QUESTION, add_special_tokens=False) + [chat.stop_token_ids[0]]
+    prompts = [[i for ids, _ in chat.encode_prompt(chat.initial_messages(task.prompt)) for i in ids]
+               for task in load_tasks("turtle", split="train")[:8]]
+    teach_reply(tiny_model, out, prompts, answer)
 
 
 def test_training_goes_on_through_a_flaky_user_endpoint(ray_local, tiny_model, tmp_path, monkeypatch):
