@@ -16,6 +16,7 @@ import logging
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from userrl.algorithms import high_variance_groups
 from userrl.chat import ChatFormat
 from userrl.config import UserRLConfig
 from userrl.coordinator import PendingRollout, RolloutCoordinator
+from userrl.envs import Task
 from userrl.faults import FaultInjector
 from userrl.learner import CRITIC_DIR, Learner
 from userrl.sft import file_demonstrations, solver_demonstrations, user_reply_demonstrations
@@ -119,19 +121,19 @@ class _Reporter:
         ray.train.report({k: v for k, v in result.items() if isinstance(v, int | float)})
 
 
-def _sft_phase(config: UserRLConfig, learner: Learner, coordinator: RolloutCoordinator | None,
-               chat: ChatFormat, report: _Reporter) -> None:
-    """Cross-entropy on demonstrations (assistant tokens only), then a fresh optimizer for RL."""
+def sft_phase(config: UserRLConfig, learner: Learner, tasks: list[Task] | None, chat: ChatFormat,
+               report: Callable[[dict[str, Any]], None]) -> None:
+    """Cross-entropy on demonstrations (assistant tokens only), then a fresh optimizer for RL.
+
+    Rank 0 builds the demonstrations from the training tasks (`tasks`, None on the other ranks) or sft.path."""
     sft = config.sft
     demos: list[Trajectory] | None = None
     if learner.rank == 0:
         if sft.source == "file":
             demos = file_demonstrations(sft.path, chat)
         elif sft.source == "rows":
-            tasks = [t for gym_tasks in coordinator.train_tasks.tasks for t in gym_tasks]
             demos = user_reply_demonstrations(tasks, chat, sft.episodes, seed=config.experiment.seed)
         else:
-            tasks = [t for gym_tasks in coordinator.train_tasks.tasks for t in gym_tasks]
             demos = solver_demonstrations(tasks, chat, sft.episodes, seed=config.experiment.seed,
                                           max_turns=config.env.max_turns)
     demos = _share(demos)
@@ -206,7 +208,8 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     if resume:
         learner.load_optimizer(Path(resume))
     elif config.sft.enabled:
-        _sft_phase(config, learner, coordinator, chat, report)
+        tasks = [t for gym_tasks in coordinator.train_tasks.tasks for t in gym_tasks] if rank0 else None
+        sft_phase(config, learner, tasks, chat, report)
         version, sync_needed = 1, True
         if config.checkpointing.every:  # the warm-started model is a checkpoint of its own (`userrl sft` ends here)
             learner.save_checkpoint(checkpoint_path(config, 0), {"iteration": 0, "policy_version": version,

@@ -1,17 +1,22 @@
 """`userrl train-user` / `evaluate-user` end to end (issue 17 item 3) on the tiny model: the same Ray Train
 FSDP learner group, replicas and episode loop as agent training, with the humanlm gym's user-reply tasks.
 
-The random tiny model never writes a field's tags, so one fixture first teaches it (a few hundred
-supervised steps, about a minute) to answer every prompt with one `<response>` block: its replies then parse strictly,
-and the training judge, scripted or our own loopback OpenAI-compatible server, really scores them.
+The random tiny model never writes a field's tags, so one fixture first teaches it with train-user's own SFT
+warm start (sft.source=rows, on rows whose real reply is one fixed text) to answer every prompt with one
+`<response>` block: its replies then parse strictly, and the training judge, scripted or our own loopback
+OpenAI-compatible server, really scores them. The same checkpoint, exported, plays the user side of Persuade
+and Intention as a HumanLM-format local user.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import re
 import time
 from collections import deque
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,40 +29,124 @@ from userrl.humanlm.fields import FIELD_NAMES
 
 pytestmark = pytest.mark.slow
 
-REPLY = "<response>I am not convinced, show me evidence.</response>"
+REPLY_TEXT = "I am not convinced, show me evidence."
+REPLY = f"<response>{REPLY_TEXT}</response>"
 
 
 @pytest.fixture(scope="module")
-def replier(tiny_model, tmp_path_factory) -> str:
-    """The tiny model taught to answer a user-reply prompt with REPLY (then its end-of-turn token)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def replier_checkpoint(tiny_model, tmp_path_factory) -> Path:
+    """The tiny model warm started by train-user's SFT phase (sft.source=rows; `sft_phase` as rank 0 of the
+    learner group runs it, here in a one-member process group) on rows whose real reply is REPLY's text, so
+    that it answers every user-reply prompt with REPLY; saved as the run's checkpoint iter_000000."""
+    import socket
+
+    import torch.distributed as dist
+    from transformers import AutoTokenizer
 
     from userrl.chat import ChatFormat
-    from userrl.envs import load_tasks, make_env
+    from userrl.envs import load_tasks
+    from userrl.humanlm.data import load_rows, render_jsonl
+    from userrl.learner import Learner
+    from userrl.train_loop import checkpoint_path, sft_phase
 
-    out = str(tmp_path_factory.mktemp("replier"))
+    out = tmp_path_factory.mktemp("replier")
+    rows = [dataclasses.replace(r, ground_truth=REPLY_TEXT) for r in load_rows("train")[::14]]
+    (out / "train.jsonl").write_text(render_jsonl(rows))
+    config = (_builder(out, tiny_model, "replier", mode="response_only", data_files={"train": str(out / "train.jsonl")})
+              .sft(enabled=True, episodes=96, epochs=2, batch_size=4, lr=3e-3).training(iterations=0).to_config())
+    tasks = load_tasks("humanlm", "train", **config.task_options("humanlm"))
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
-    model = AutoModelForCausalLM.from_pretrained(tiny_model)
-    chat = ChatFormat(tokenizer, "user_reply")
-    target = tokenizer.encode(REPLY, add_special_tokens=False) + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
-    prompts = []
-    for task in load_tasks("humanlm", "train", mode="separate_system_prompt")[::97][:24]:
-        messages, _ = chat.episode_opening(task, make_env("humanlm", task))
-        prompts.append([i for ids, _ in chat.encode_prompt(messages) for i in ids])
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    torch.manual_seed(0)
-    for step in range(100):
-        prompt = prompts[step % len(prompts)]
-        # The head on the target positions only: the prompt's logits over the 49k vocabulary cost 5x the rest.
-        hidden = model.model(input_ids=torch.tensor([prompt + target])).last_hidden_state[0, len(prompt) - 1:-1]
-        loss = torch.nn.functional.cross_entropy(model.lm_head(hidden), torch.tensor(target))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        learner = Learner(tiny_model, config, tokenizer.pad_token_id)
+        losses: list[float] = []
+        sft_phase(config, learner, tasks, ChatFormat(tokenizer, "user_reply"), lambda r: losses.append(r["sft/loss"]))
+        path = checkpoint_path(config, 0)
+        learner.save_checkpoint(path, {"iteration": 0, "policy_version": 1, "config": config.model_dump(mode="json")},
+                                tokenizer)
+    finally:
+        dist.destroy_process_group()
+    assert len(losses) == 48 and losses[-1] < 0.1 * losses[0], losses
+    return path
+
+
+@pytest.fixture(scope="module")
+def replier(replier_checkpoint) -> str:
+    """The warm-started model's folder."""
+    return str(replier_checkpoint / "model")
+
+
+def _replies(model: str, tokenizer: Any, rows: list[Any]) -> list[str]:
+    """Greedy response-field replies of `model` to rows, rendered as the user_reply task renders them."""
+    from userrl.actors.policy_replica import PolicyReplica
+    from userrl.users import HumanLMUserClient
+
+    client = HumanLMUserClient([PolicyReplica(model, num_threads=1)], tokenizer, max_tokens=24)
+    return list(asyncio.run(_gather(client.reply_text("response", r.persona, r.context) for r in rows)))
+
+
+async def _gather(calls: Any) -> list[Any]:
+    return list(await asyncio.gather(*calls))
+
+
+def test_the_sft_warm_start_teaches_the_strict_format(replier, tiny_model, tokenizer):
+    """Before the warm start the random model never writes a closed <response> block; after it, greedy
+    replies to held-out prompts parse strictly (REPLY's text, which every demonstration held)."""
+    from userrl.humanlm.data import load_rows
+    from userrl.humanlm.format import parse_strict
+
+    rows = load_rows("test")[::11][:8]
+    before = [parse_strict(t, "response").valid for t in _replies(tiny_model, tokenizer, rows)]
+    after = _replies(replier, tokenizer, rows)
+    assert sum(before) == 0 and all(parse_strict(t, "response").valid for t in after), after
+    assert {parse_strict(t, "response").values["response"] for t in after} == {REPLY_TEXT}
+
+
+def test_an_exported_simulator_plays_the_user_side_of_persuade_and_intention(replier_checkpoint, tokenizer,
+                                                                             tmp_path):
+    """`userrl export` of the train-user checkpoint, then env.local_user_format=humanlm with it as the local
+    user model: the gyms' feedback is the text of its <response> block (the reply it was taught)."""
+    from userrl.actors.env_runner import make_user_client
+    from userrl.actors.policy_replica import PolicyReplica
+    from userrl.chat import ChatFormat
+    from userrl.cli import main
+    from userrl.envs import load_tasks, make_env, tool_call_to_action
+    from userrl.humanlm.format import STOP_STRINGS
+    from userrl.users import resolve_user_model
+
+    out = tmp_path / "simulator"
+    assert main(["export", "--checkpoint", str(replier_checkpoint), "--out", str(out)]) == 0
+    meta = json.loads((out / "userrl.json").read_text())
+    assert meta["protocol"] == "user_reply" and meta["stop_strings"] == list(STOP_STRINGS)
+    # The exported chat template renders a user-reply prompt into the ids training rendered.
+    from transformers import AutoTokenizer
+
+    task = load_tasks("humanlm", "test", mode="response_only")[0]
+    messages = task.data["messages"]
+    trained = [i for ids, _ in ChatFormat(tokenizer, "user_reply").encode_prompt(messages) for i in ids]
+    exported = AutoTokenizer.from_pretrained(out).apply_chat_template(messages, add_generation_prompt=True,
+                                                                       tokenize=True, return_dict=True)
+    assert list(exported["input_ids"]) == trained
+    with pytest.raises(ValueError, match="set env.local_user_format=humanlm"):
+        resolve_user_model(str(out))
+    path = resolve_user_model(str(out), "humanlm")
+    client = make_user_client("local", None, [PolicyReplica(path, num_threads=1)], path, "humanlm")
+    client.max_tokens = 24
+    persuade = make_env("persuade", load_tasks("persuade", "test")[0], backend="local", llm=client)
+    persuade.reset()
+    observation, reward, _, _, info = persuade.step(tool_call_to_action("answer", "Cash is easy to trace."))
+    assert observation["feedback"] == REPLY_TEXT and info["lm_calls"][0]["ok"]
+    # Its <stance> answer is REPLY too (the only block it knows), which names no stance: the stance stays.
+    assert info["json_response"]["stance"] == REPLY_TEXT and persuade.stance == 0 and reward == 0.0
+    intention = make_env("intention", load_tasks("intention", "test")[0], backend="local", llm=client,
+                         role_backends={"intention_judge": "scripted"})
+    intention.reset()
+    observation, *_, info = intention.step(tool_call_to_action("action", "Which music genres do you like?"))
+    assert observation["feedback"] == REPLY_TEXT
+    assert [c["role"] for c in info["lm_calls"]] == ["intention_user"] and info["lm_calls"][0]["ok"]
 
 
 def _metric_keys(uri: str, run_id: str) -> dict[str, float]:
