@@ -210,6 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
     sweep_parser.add_argument("sweep_file", help="sweep YAML: base config, grid and Tune settings")
     sweep_parser.add_argument("overrides", nargs="*", help="dotted overrides of the base config")
     sweep_parser.add_argument("--resume", action="store_true", help="resume the sweep from its Tune folder")
+    sweep_parser.add_argument("--only", action="append", default=[], metavar="AXIS=I,J",
+                              help="keep only these values of a grid axis (1-based positions in the file); repeatable")
+    sweep_parser.add_argument("--name", help="the sweep's name (Tune folder, MLflow experiment) instead of the file's")
     sweep_parser.set_defaults(func=cmd_sweep)
 
     report_parser = sub.add_parser("report", help="report (tables + learning curves) from MLflow runs")

@@ -276,3 +276,30 @@ def test_restarted_trial_appends_to_its_mlflow_run(tmp_path):
     (run,) = client.search_runs([client.get_experiment_by_name("s").experiment_id])
     assert run.info.run_id == first.run_id and run.info.status == "FINISHED" and run.data.tags["sweep"] == "s"
     assert [m.value for m in client.get_metric_history(run.info.run_id, "rollout.reward_mean")] == [0.25, 0.5]
+
+
+def test_only_keeps_the_named_values_and_name_renames(tmp_path):
+    path = _write(tmp_path, {"estimator": [{"training.turn_credit": "equalized"}, {"training.turn_credit": "r2g"},
+                                           {"training.turn_credit": "em"}],
+                             "training.lr": [1.0e-5, 2.0e-5]})
+    sweep = load_sweep(path, only=["estimator=3,1", "training.lr=2"], name="part")
+    assert sweep.spec.name == "part"
+    assert sweep.spec.grid == {"estimator": [{"training.turn_credit": "em"}, {"training.turn_credit": "equalized"}],
+                               "training.lr": [2.0e-5]}
+    assert len(grid_points(sweep.spec.grid)) == 2  # 2 x 1 trials instead of 3 x 2
+    assert load_sweep(path).spec.name == "s" and len(grid_points(load_sweep(path).spec.grid)) == 6
+
+
+@pytest.mark.parametrize("only, message", [
+    ("training.gamma=1", r"AXIS one of the grid's axes \(training.lr\)"),
+    ("training.lr", r"AXIS one of the grid's axes"),
+    ("training.lr=3", r"grid.training.lr has 2 values: give positions from 1 to 2"),
+    ("training.lr=0", r"positions from 1 to 2"),
+    ("training.lr=a", r"positions from 1 to 2"),
+])
+def test_only_refuses_unknown_axes_and_positions(tmp_path, capsys, only, message):
+    path = _write(tmp_path, {"training.lr": [1.0e-5, 2.0e-5]})
+    with pytest.raises(ConfigError, match=message):
+        load_sweep(path, only=[only])
+    assert main(["sweep", str(path), "--only", only]) == 2  # the command says so before anything starts
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep.yaml"]

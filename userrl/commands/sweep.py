@@ -162,10 +162,39 @@ def _reason(error: ConfigError) -> str:
     return str(error).removeprefix("invalid config:\n  ").replace("Value error, ", "")
 
 
-def load_sweep(path: str | Path, overrides: list[str] | None = None) -> Sweep:
-    """Read and validate a sweep file; every grid value is checked against the config schema."""
+def select_values(grid: dict[str, list[Any]], only: list[str]) -> dict[str, list[Any]]:
+    """The grid with some axes cut to the values named by `AXIS=I,J` (1-based, in the file's order)."""
+    grid = dict(grid)
+    for item in only:
+        axis, sep, picks = item.partition("=")
+        if not sep or axis not in grid:
+            raise ConfigError(f"--only {item!r}: give AXIS=I,J with AXIS one of the grid's axes "
+                              f"({', '.join(grid)}) and I,J the positions of its values (1 = the first)")
+        count = len(grid[axis])
+        try:
+            positions = [int(p) for p in picks.split(",")]
+        except ValueError:
+            positions = []
+        if not positions or any(not 1 <= p <= count for p in positions):
+            raise ConfigError(f"--only {item!r}: grid.{axis} has {count} values: give positions from 1 to {count}, "
+                              f"comma-separated (e.g. {axis}=1,{count})")
+        grid[axis] = [grid[axis][p - 1] for p in dict.fromkeys(positions)]
+    return grid
+
+
+def load_sweep(path: str | Path, overrides: list[str] | None = None, *, only: list[str] | None = None,
+               name: str | None = None) -> Sweep:
+    """Read and validate a sweep file; every grid value is checked against the config schema.
+
+    `only` keeps some values of some axes (`select_values`) and `name` renames the sweep (its Tune folder
+    and MLflow experiment), so a part of a grid runs under a name of its own.
+    """
     path = Path(path)
     raw = read_yaml_mapping(path, "sweep file")
+    if only and isinstance(raw.get("grid"), dict):
+        raw = {**raw, "grid": select_values(raw["grid"], only)}
+    if name is not None:
+        raw = {**raw, "name": name}
     try:
         spec = SweepSpec.model_validate(raw)
     except ValidationError as error:
@@ -523,8 +552,8 @@ def print_table(rows: list[dict[str, Any]], spec: SweepSpec, console: Console) -
 
 
 def cli_sweep(args: Any, console: Console) -> int:
-    """`userrl sweep FILE [overrides] [--resume]`: 0 when every trial finished, 1 when some failed."""
-    sweep = load_sweep(args.sweep_file, args.overrides)
+    """`userrl sweep FILE [overrides] [--only AXIS=I,J] [--name N] [--resume]`: 0 when every trial finished."""
+    sweep = load_sweep(args.sweep_file, args.overrides, only=args.only, name=args.name)
     if args.resume and args.overrides:
         console.print("[yellow]note:[/] overrides are ignored with --resume (trials keep the configs they began with)")
     grid, setup = run_sweep(sweep, args.resume, console)
