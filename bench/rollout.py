@@ -128,8 +128,9 @@ def _steps(before: dict, after: dict) -> tuple[int, int, float, int]:
 def raw_engine(replica, trajectories, first_prompt_only: bool = False, rest: str = "distinct") -> tuple[int, float]:
     """(a): one sequence per episode, all at once: its prompt tokens (or first prompt), its sampled-token count.
 
-    `rest="distinct"`: the first token after the first prompt is replaced by one of the episode's own, so that the
-    engine computes what (b) computed; "shared" leaves it (the construction before 2026-11-26, for older figures). Without the sampled tokens between them, the tool results and headers of
+    `rest="distinct"`: the first token after the first prompt is replaced by one of the episode's own, and the
+    tokens after the last sampled one (the last feedback, which (b) never sent) are left out, so that the engine
+    computes what (b) computed; "shared" keeps both (the construction before 2026-11-26, for older figures). Without the sampled tokens between them, the tool results and headers of
     episodes of the same task are often identical (same action, same feedback), and the prefix cache let (a)
     skip them; (b)'s episodes diverge at their first sampled token and share nothing past the first prompt.
     """
@@ -141,8 +142,11 @@ def raw_engine(replica, trajectories, first_prompt_only: bool = False, rest: str
         first = t.input_ids[: t.prompt_len]
         if first_prompt_only:
             return first
-        after = [token for token, trained in zip(t.input_ids[t.prompt_len:], t.loss_mask[t.prompt_len:], strict=True)
-                 if not trained]
+        end = len(t.input_ids)
+        if rest == "distinct":  # the feedback after the last sampled token never reached (b)'s engine
+            end = max(k for k, trained in enumerate(t.loss_mask) if trained) + 1
+        after = [token for token, trained in zip(t.input_ids[t.prompt_len:end], t.loss_mask[t.prompt_len:end],
+                                                 strict=True) if not trained]
         if rest == "distinct" and after:
             after[0] = 1000 + i  # same length, same compute; only the prefix cache can no longer match it
         return first + after
