@@ -7,6 +7,8 @@ import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
 
+from userrl.envs.pyast import parse_expression
+
 VARIABLES: tuple[str, ...] = ("a", "b", "c", "d")
 #: Longer rules are refused before parsing (the original data never exceeds 23 characters); the cap also
 #: bounds the nesting depth, so the recursive checker and walker stay far from the recursion limit.
@@ -81,7 +83,7 @@ class Formula:
         if len(rule) > MAX_RULE_CHARS:
             raise RuleError(f"rule is {len(rule)} characters long; at most {MAX_RULE_CHARS} are allowed")
         try:
-            tree = ast.parse(rule.strip(), mode="eval")
+            tree = parse_expression(rule.strip())
         except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
             raise RuleError(f"rule {rule!r} does not parse as an expression: {exc}") from exc
         _check(tree, rule)

@@ -12,6 +12,8 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+from userrl.envs.pyast import parse_expression
+
 ALLOWED_CHARS = frozenset("0123456789+-*/(). ")
 INVALID_CHARS = "Error: invalid characters in expression"
 
@@ -78,7 +80,7 @@ def calculate_expression(expression: Any) -> str:
         if not isinstance(expression, str):
             raise TypeError("eval() arg 1 must be a string, bytes or code object")
         # eval() of a string skips leading spaces and tabs; ast.parse would call them an indent.
-        tree = ast.parse(expression.lstrip(" \t"), filename="<string>", mode="eval")
+        tree = parse_expression(expression.lstrip(" \t"), filename="<string>")
         return str(round(float(_evaluate(tree)), 2))
     except (SyntaxError, ArithmeticError, TypeError, ValueError, RecursionError, MemoryError) as exc:
         return f"Error: {exc}"
