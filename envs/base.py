@@ -62,8 +62,16 @@ class Task:
     split: str = "train"
     difficulty: int | None = None
     source: str = "builtin"
+    #: This task's own cap on the tokens one agent turn may sample (e.g. a HumanLM field's 48 or 512); the
+    #: episode loop samples at most the smaller of it and the policy's `policy.max_new_tokens`. None: the
+    #: policy's cap alone.
+    max_new_tokens: int | None = None
 
     def __post_init__(self) -> None:
+        if self.max_new_tokens is not None and (isinstance(self.max_new_tokens, bool)
+                                                or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1):
+            raise ValueError(f"Task {self.item_key!r}: max_new_tokens must be a positive integer or None, "
+                             f"got {self.max_new_tokens!r}")
         roles = [m.get("role") if isinstance(m, Mapping) else None for m in self.prompt]
         if roles != ["system", "user"] or not all(isinstance(m.get("content"), str) for m in self.prompt):
             raise ValueError(

@@ -253,7 +253,10 @@ class PolicyConfig(_Section):
     num_threads: int | None = Field(None, description="torch threads per replica; null = all cores.")
     max_batch_size: int = Field(32, ge=1, description="Requests a replica decodes together.")
     dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Weights of the replicas' engine.")
-    max_new_tokens: int = Field(64, ge=1, description="Cap on sampled tokens per assistant turn.")
+    max_new_tokens: int = Field(
+        64, ge=1, description="Cap on sampled tokens per assistant turn. A task with a token limit of its own "
+        "(Task.max_new_tokens: a HumanLM field's, 48 for a latent field and 512 for the response) samples at most "
+        "the smaller of the two: this cap always wins, so a small machine can lower every limit at once.")
     max_model_len: int = Field(2048, ge=16, description="Prompt + response token budget per episode.")
     max_response_len: int = Field(1536, ge=1, description="Response (all turns and tool outputs) budget.")
     temperature: float = Field(1.0, ge=0, description="Rollout sampling temperature (0 = greedy); the learner "

@@ -6,7 +6,7 @@ import logging
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from userrl.chat import ChatFormat, ParsedTurn
@@ -33,6 +33,12 @@ class RolloutLimits:
     #: "abort": a step whose role call failed (after its retries) aborts the episode, counted and excluded;
     #: "fallback": the gym's fallback reply stands in and the episode goes on (GYMS.md 0.6).
     role_failure: str = "abort"
+
+    def for_task(self, task: Task) -> RolloutLimits:
+        """These limits with `max_new_tokens` lowered to the task's own cap (Task.max_new_tokens), if it has a lower one."""
+        if task.max_new_tokens is None or task.max_new_tokens >= self.max_new_tokens:
+            return self
+        return replace(self, max_new_tokens=task.max_new_tokens)
 
 
 def request_seed(base_seed: int, uid: str, turn: int) -> int:
@@ -83,7 +89,9 @@ async def run_episode(
     group_id: str,
     seed: int = 0,
 ) -> Trajectory:
-    """Play one episode (spec 1.2); never raises for env, policy or parse failures (they abort it)."""
+    """Play one episode (spec 1.2) within `limits` and the task's own token cap; never raises for env, policy
+    or parse failures (they abort it)."""
+    limits = limits.for_task(task)
     traj = new_trajectory(task, uid, group_id)
     try:
         policy.start(traj, task, env)

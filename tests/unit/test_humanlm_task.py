@@ -137,6 +137,35 @@ def test_one_reply_per_episode_cut_after_the_closing_tag(tokenizer):
     assert len(generate.requests) == 2
 
 
+def test_each_field_samples_up_to_its_own_token_limit_under_the_policy_cap(tokenizer):
+    """Spec 5.2's field table: a latent field's rollout samples at most 48 tokens, the response at most 512;
+    a lower policy.max_new_tokens (a small machine's cap) wins over both."""
+    tasks = _tasks(_config(mode="separate_system_prompt"), "test")
+    stance = next(t for t in tasks if t.data["field"] == "stance")
+    goal = next(t for t in tasks if t.data["field"] == "goal")
+    response = next(t for t in tasks if t.data["field"] == "response")
+    wide = RolloutLimits(max_turns=1, max_new_tokens=2048, max_model_len=8192, max_response_len=4096)
+    for task, expected in ((stance, 48), (goal, 48), (response, 512)):
+        _, generate = _play(tokenizer, task, {"a": "<stance>calm</stance>"}, wide)
+        assert [r.max_new_tokens for r in generate.requests] == [expected], task.data["field"]
+    narrow = RolloutLimits(max_turns=1, max_new_tokens=24, max_model_len=8192, max_response_len=4096)
+    for task in (stance, response):
+        _, generate = _play(tokenizer, task, {"a": "<stance>calm</stance>"}, narrow)
+        assert [r.max_new_tokens for r in generate.requests] == [24]
+
+
+def test_a_task_without_its_own_token_cap_keeps_the_policys():
+    from userrl.envs import Task
+
+    prompt = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    limits = RolloutLimits(max_new_tokens=64)
+    assert limits.for_task(Task("function", "k", prompt, {})).max_new_tokens == 64
+    assert limits.for_task(Task("function", "k", prompt, {}, max_new_tokens=10)).max_new_tokens == 10
+    assert limits.for_task(Task("function", "k", prompt, {}, max_new_tokens=100)).max_new_tokens == 64
+    with pytest.raises(ValueError, match="max_new_tokens must be a positive integer or None, got 0"):
+        Task("function", "k", prompt, {}, max_new_tokens=0)
+
+
 def test_cut_at_stop_strings_keeps_the_logprobs_of_the_kept_tokens(tokenizer):
     ids = tokenizer.encode("<goal>win</goal> trailing", add_special_tokens=False)
     out = cut_at_stop_strings(GenerationOutput(ids, [float(-i) for i in range(len(ids))], "length"), tokenizer,

@@ -22,7 +22,7 @@ from userrl.envs.base import MultiTurnEnv, Task
 from userrl.envs.registry import register_gym
 from userrl.humanlm.data import GYMS as SOURCE_GYMS
 from userrl.humanlm.data import load_parquet, load_rows, read_jsonl
-from userrl.humanlm.format import UserReplyTask, check_mode
+from userrl.humanlm.format import TaskItem, UserReplyTask, check_mode
 from userrl.humanlm.row import Row
 
 log = logging.getLogger(__name__)
@@ -53,15 +53,15 @@ class UserReplyEnv(MultiTurnEnv):
         return "", 0.0, True, {}, {"reward_pending": "group_scorer"}
 
 
-def item_task(row: Row, row_index: int, field_name: str, messages: list[dict[str, str]], split: str,
-              max_tokens: int) -> Task:
-    """The Task of one (row, field) item: a [system, user] summary prompt, the full messages in data."""
-    last_user = next((m["content"] for m in reversed(messages) if m["role"] == "user"), "")
-    return Task(gym=GYM_NAME, item_key=f"{row.target_id}:{field_name}",
-                prompt=[dict(messages[0]), {"role": "user", "content": last_user}],
-                data={"row": row.to_record(), "row_index": row_index, "field": field_name,
-                      "messages": messages, "max_tokens": max_tokens},
-                split=split)
+def item_task(item: TaskItem, split: str) -> Task:
+    """The Task of one (row, field) item: a [system, user] summary prompt, the full messages in data, and the
+    field's token limit as the task's own cap (Task.max_new_tokens: 48 for a latent field, 512 for response)."""
+    last_user = next((m["content"] for m in reversed(item.messages) if m["role"] == "user"), "")
+    return Task(gym=GYM_NAME, item_key=item.key,
+                prompt=[dict(item.messages[0]), {"role": "user", "content": last_user}],
+                data={"row": item.row.to_record(), "row_index": item.row_index, "field": item.field,
+                      "messages": item.messages},
+                split=split, max_new_tokens=item.max_tokens)
 
 
 def read_rows(path: str | Path) -> list[Row]:
@@ -73,17 +73,11 @@ def read_rows(path: str | Path) -> list[Row]:
                         on_skip=lambda why: log.warning("humanlm: skipped a malformed row: %s", why))
 
 
-def load_user_reply_tasks(split: str = "train", source: str = "builtin", data_root: str | Path | None = None, *,
-                          mode: str = "separate_system_prompt", data_files: Mapping[str, str] | None = None,
-                          gyms: tuple[str, ...] | list[str] = SOURCE_GYMS, prompt_budget: int | None = None,
-                          **filters: Any) -> list[Task]:
-    """The items of a split in one mode (7x in separate_system_prompt, ordered as the spec's expansion).
-
-    Rows come from `data_files[split]` (HumanLM parquet or JSONL) when given, else from our gyms' shipped
-    rows. Rows over `prompt_budget` are dropped and counted (a warning names how many and why).
-    """
-    if filters.get("difficulty") is not None:
-        raise ValueError("env.gyms[humanlm].difficulty: the humanlm gym has no difficulty levels; remove it")
+def load_reply_task(split: str, *, mode: str, data_files: Mapping[str, str] | None = None,
+                    gyms: tuple[str, ...] | list[str] = SOURCE_GYMS, prompt_budget: int | None = None,
+                    warn: bool = True) -> UserReplyTask:
+    """The UserReplyTask of a split: rows from `data_files[split]` (HumanLM parquet or JSONL) when given, else
+    our gyms' shipped rows; rows over `prompt_budget` are dropped and counted (a warning names how many)."""
     check_mode(mode)
     if data_files and split in data_files:
         rows = read_rows(data_files[split])
@@ -93,21 +87,29 @@ def load_user_reply_tasks(split: str = "train", source: str = "builtin", data_ro
     else:
         rows = load_rows(split, gyms)
     task = UserReplyTask(rows, mode, prompt_budget)
-    if task.skipped:
+    if task.skipped and warn:
         log.warning("humanlm %s: %d of %d rows skipped over humanlm.prompt_budget=%s tokens: %s", split,
                     sum(task.skipped.values()), len(rows), prompt_budget, dict(task.skipped))
-    tasks = []
-    for index in range(len(task)):
-        item = task[index]
-        tasks.append(item_task(item.row, item.row_index, item.field, item.messages, split, item.max_tokens))
-    return tasks
+    return task
+
+
+def load_user_reply_tasks(split: str = "train", source: str = "builtin", data_root: str | Path | None = None, *,
+                          mode: str = "separate_system_prompt", data_files: Mapping[str, str] | None = None,
+                          gyms: tuple[str, ...] | list[str] = SOURCE_GYMS, prompt_budget: int | None = None,
+                          **filters: Any) -> list[Task]:
+    """The items of a split in one mode (7x in separate_system_prompt, ordered as the spec's expansion; the
+    response field with no prefix in response_only and sequential, whose curriculum builds its own items)."""
+    if filters.get("difficulty") is not None:
+        raise ValueError("env.gyms[humanlm].difficulty: the humanlm gym has no difficulty levels; remove it")
+    task = load_reply_task(split, mode=mode, data_files=data_files, gyms=gyms, prompt_budget=prompt_budget)
+    return [item_task(task[index], split) for index in range(len(task))]
 
 
 def skipped_rows(split: str, *, mode: str, data_files: Mapping[str, str] | None = None,
                  gyms: tuple[str, ...] | list[str] = SOURCE_GYMS, prompt_budget: int | None = None) -> dict[str, int]:
     """How many rows of a split the prompt budget drops, by reason (for reports)."""
-    rows = read_rows(data_files[split]) if data_files and split in data_files else load_rows(split, gyms)
-    return dict(UserReplyTask(rows, mode, prompt_budget).skipped)
+    return dict(load_reply_task(split, mode=mode, data_files=data_files, gyms=gyms, prompt_budget=prompt_budget,
+                                warn=False).skipped)
 
 
 register_gym(GYM_NAME, UserReplyEnv, load_user_reply_tasks, gymnasium_id="userrl/HumanLM-v0")
