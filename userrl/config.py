@@ -138,10 +138,18 @@ class EnvConfig(_Section):
 class HumanLMConfig(_Section):
     """Training a user simulator (spec ALGORITHMS.md 5.2, `userrl train-user`); read only with the humanlm gym."""
 
-    mode: Literal["separate_system_prompt", "response_only"] = Field(
+    mode: Literal["separate_system_prompt", "response_only", "sequential"] = Field(
         "separate_system_prompt", description="separate_system_prompt: one field per rollout, the rows expanded "
         "7x (item i = row i mod N, field i // N, each field with its own system prompt); response_only: the "
-        "response field alone. Evaluation during training uses response_only (the spec's validation).")
+        "response field alone; sequential: each step trains one level of the hierarchy, its field's prompt "
+        "carrying the earlier levels' generated blocks, as the hierarchy map draws them (needs "
+        "humanlm.curriculum=true). Evaluation uses the response field with no prefix (the spec's validation): "
+        "during training always, in `evaluate-user` in response_only and sequential mode.")
+    curriculum: bool = Field(
+        False, description="The hierarchy-map curriculum of spec 5.2 (sequential mode only): a sample at level h "
+        "whose field scores >= 0.9 proposes a level h+1 prompt (its prefix plus that block); pools refresh every "
+        "3 steps; each step draws a level uniformly among those holding training.batch_size prompts. The map is "
+        "saved in every model checkpoint (task_source.json) and restored on resume.")
     data_files: dict[str, str] = Field(
         default_factory=dict, description="HumanLM-format parquet (or JSONL) per split, e.g. {train: a.parquet, "
         "test: b.parquet}; empty = the rows recorded from our gyms' scripted users (humanlm.gyms).")
@@ -184,6 +192,16 @@ class HumanLMConfig(_Section):
         if unknown:
             raise ValueError(f"unknown field(s) {unknown}; fields: {', '.join(FIELD_NAMES)}")
         return value
+
+    @model_validator(mode="after")
+    def _curriculum_is_sequential(self) -> HumanLMConfig:
+        if self.curriculum and self.mode != "sequential":
+            raise ValueError(f"humanlm.curriculum=true needs humanlm.mode=sequential (the hierarchy map draws each "
+                             f"step's level and prefix only in that mode), not humanlm.mode={self.mode}")
+        if self.mode == "sequential" and not self.curriculum:
+            raise ValueError("humanlm.mode=sequential trains the level the hierarchy map draws each step: set "
+                             "humanlm.curriculum=true (or use humanlm.mode=separate_system_prompt / response_only)")
+        return self
 
     @model_validator(mode="after")
     def _openai_needs_llm(self) -> HumanLMConfig:
@@ -561,6 +579,10 @@ class UserRLConfig(_Section):
                 f"sft.source={self.sft.source} with env.protocol={self.env.protocol}: a user-reply task is warm "
                 "started from its rows (sft.source=rows, what `userrl train-user` sets) and only it is; set "
                 "sft.source=rows with env.protocol=user_reply, else solver or file")
+        if self.humanlm.curriculum and [g.name for g in self.env.gyms] != ["humanlm"]:
+            raise ValueError(
+                f"humanlm.curriculum=true draws every training task from the hierarchy map: env.gyms must be the "
+                f"humanlm gym alone, not {[g.name for g in self.env.gyms]}")
         if self.training.uses_critic and not self.critic.mask_obs and self.env.max_turns == 1:
             raise ValueError(
                 "critic.mask_obs=false trains the critic on env tokens between agent turns, but env.max_turns=1 "

@@ -3,10 +3,12 @@ measure them."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -19,9 +21,39 @@ from userrl.envs.registry import get_gym
 from userrl.mua_metrics import mua_metrics
 from userrl.trajectory import Trajectory
 
+#: The file in a checkpoint folder that holds the training task source's state (written only when it has one).
+TASK_SOURCE_FILE = "task_source.json"
+
+
+class TaskSource(Protocol):
+    """Where each training iteration's tasks come from. A source may learn from the scored episodes
+    (`observe`), so its state goes into every checkpoint and comes back on resume: what it draws for an
+    iteration must depend only on (experiment seed, iteration, state), so that resume is exact."""
+
+    def next_tasks(self, count: int, iteration: int) -> list[Task]:
+        """`count` tasks for one iteration (called once per iteration, after `observe` of the one before)."""
+        ...
+
+    def observe(self, iteration: int, specs: Sequence[EpisodeSpec], trajectories: Sequence[Trajectory]) -> dict[str, float]:
+        """Learn from an iteration's scored episodes (trajectories in the order of specs); returns metrics."""
+        ...
+
+    def all_tasks(self) -> list[Task]:
+        """Every task the source starts from (the SFT warm start's demonstrations are drawn from them)."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """The state a checkpoint keeps, as JSON-able data ({} when there is none)."""
+        ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what `state_dict` gave."""
+        ...
+
 
 class TaskMixture:
-    """The configured gyms' tasks, drawn by gym weight; draws depend only on (seed, iteration)."""
+    """The configured gyms' tasks, drawn by gym weight; draws depend only on (seed, iteration). The default
+    TaskSource: fixed tasks, nothing learned, nothing to checkpoint."""
 
     def __init__(self, config: UserRLConfig, split: str | None = None):
         self.gyms, self.tasks, weights = [], [], []
@@ -47,6 +79,52 @@ class TaskMixture:
     def first(self, count: int) -> list[Task]:
         """The first `count` tasks of each gym, for evaluation."""
         return [task for tasks in self.tasks for task in tasks[:count]]
+
+    def next_tasks(self, count: int, iteration: int) -> list[Task]:
+        """TaskSource: `sample`."""
+        return self.sample(count, iteration)
+
+    def observe(self, iteration: int, specs: Sequence[EpisodeSpec], trajectories: Sequence[Trajectory]) -> dict[str, float]:
+        """TaskSource: a fixed mixture learns nothing."""
+        return {}
+
+    def all_tasks(self) -> list[Task]:
+        """TaskSource: every gym's tasks, gym by gym."""
+        return [task for tasks in self.tasks for task in tasks]
+
+    def state_dict(self) -> dict[str, Any]:
+        """TaskSource: no state (draws depend on the seed and the iteration alone)."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """TaskSource: nothing to restore; a checkpoint's state of another source (e.g. a curriculum run
+        resumed without it) is set aside."""
+
+
+def task_source_documents(source: TaskSource) -> dict[str, Any]:
+    """What a checkpoint keeps of the source: {TASK_SOURCE_FILE: its state}, or {} when it has none."""
+    state = source.state_dict()
+    return {TASK_SOURCE_FILE: state} if state else {}
+
+
+def restore_task_source(source: TaskSource, checkpoint: Path) -> bool:
+    """Load the source's state from a checkpoint folder; False when the folder has none (e.g. an SFT warm
+    start, or a run without a curriculum): the source then starts fresh."""
+    path = Path(checkpoint) / TASK_SOURCE_FILE
+    if not path.is_file():
+        return False
+    source.load_state_dict(json.loads(path.read_text()))
+    return True
+
+
+def make_task_source(config: UserRLConfig) -> TaskSource:
+    """The training task source: HumanLM's hierarchy-map curriculum when `humanlm.curriculum` is on, else
+    the configured gyms' fixed mixture."""
+    if config.humanlm.curriculum:
+        from userrl.humanlm.curriculum_source import CurriculumTaskSource
+
+        return CurriculumTaskSource(config)
+    return TaskMixture(config)
 
 
 def episode_specs(tasks: list[Task], group_size: int, prefix: str) -> list[EpisodeSpec]:
@@ -138,7 +216,7 @@ class RolloutCoordinator:
     def __init__(self, config: UserRLConfig, group: EnvRunnerGroup):
         self.config = config
         self.group = group
-        self.train_tasks = TaskMixture(config)
+        self.train_tasks: TaskSource = make_task_source(config)
         self.group_scorer = make_group_scorer(config)
 
     def launch(self, specs: list[EpisodeSpec], seed: int, temperature: float | None = None,
@@ -156,7 +234,7 @@ class RolloutCoordinator:
     def start_rollout(self, iteration: int) -> PendingRollout:
         """Launch one iteration's batch (batch_size tasks x group_size episodes) without waiting for it."""
         tc = self.config.training
-        specs = episode_specs(self.train_tasks.sample(tc.batch_size, iteration), tc.group_size, f"it{iteration}")
+        specs = episode_specs(self.train_tasks.next_tasks(tc.batch_size, iteration), tc.group_size, f"it{iteration}")
         return self.launch(specs, seed=self.config.experiment.seed, iteration=iteration)
 
     def finish_rollout(self, pending: PendingRollout) -> tuple[list[Trajectory], dict[str, float]]:
@@ -169,6 +247,8 @@ class RolloutCoordinator:
         scored = self.group_scorer.score(pending.specs, trajectories) if self.group_scorer else {}
         metrics = rollout_metrics(trajectories, done - pending.job.started, protocol=self.config.env.protocol)
         metrics.update(scored)
+        if pending.iteration is not None:  # a training batch: the task source learns from its scores
+            metrics.update(self.train_tasks.observe(pending.iteration, pending.specs, trajectories))
         metrics.update({f"rollout/{name}": count for name, count in self.group.pop_counters().items()})
         metrics["time/rollout_s"] = done - pending.job.started
         metrics["time/rollout_wait_s"] = done - waited

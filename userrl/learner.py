@@ -11,7 +11,7 @@ import json
 import os
 import random
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -494,8 +494,10 @@ class Learner:
 
         return GatheredWeights(tensor_metadata((n, sharded[n]) for n in names), tensors(), self.device)
 
-    def save_checkpoint(self, path: Path, meta: dict[str, Any], tokenizer: Any) -> None:
-        """Write model (HF folder), optimizer, RNG states and metadata atomically (collective)."""
+    def save_checkpoint(self, path: Path, meta: dict[str, Any], tokenizer: Any,
+                        documents: Mapping[str, Any] | None = None) -> None:
+        """Write model (HF folder), optimizer, RNG states and metadata atomically (collective); `documents`
+        (file name -> JSON-able data, rank 0's) go beside them, e.g. the training task source's state."""
         model_state = get_model_state_dict(self.model, options=_FULL)
         optim_state = get_optimizer_state_dict(self.model, self.optimizer, options=_FULL)
         if self.critic is not None:
@@ -520,6 +522,8 @@ class Learner:
                 torch.save(critic_optim, staging / CRITIC_OPTIMIZER)
             torch.save({"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
                         "python": random.getstate()}, staging / "rng.pt")
+            for name, document in (documents or {}).items():
+                (staging / name).write_text(json.dumps(document))
             (staging / "meta.json").write_text(json.dumps({**meta, **self.checkpoint_meta}, indent=2))
             if self.fault:
                 self.fault("checkpoint", meta["iteration"])

@@ -29,7 +29,7 @@ from transformers import AutoTokenizer
 from userrl.algorithms import high_variance_groups
 from userrl.chat import ChatFormat
 from userrl.config import UserRLConfig
-from userrl.coordinator import PendingRollout, RolloutCoordinator
+from userrl.coordinator import PendingRollout, RolloutCoordinator, restore_task_source, task_source_documents
 from userrl.envs import Task
 from userrl.faults import FaultInjector
 from userrl.learner import CRITIC_DIR, Learner
@@ -200,6 +200,8 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     if resume:
         meta = json.loads((Path(resume) / "meta.json").read_text())
         start, version, sync_needed = meta["iteration"], meta["policy_version"], True
+        if rank0:  # a task source that learns (the HumanLM curriculum) goes on from its checkpointed state
+            restore_task_source(coordinator.train_tasks, Path(resume))
     learner.fault = FaultInjector(loop_config.get("fault"), learner.rank, learner.world_size,
                                   config.run_dir / "faults", fit_id, start)
     report = learner.fault.observing(report)
@@ -208,13 +210,13 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     if resume:
         learner.load_optimizer(Path(resume))
     elif config.sft.enabled:
-        tasks = [t for gym_tasks in coordinator.train_tasks.tasks for t in gym_tasks] if rank0 else None
+        tasks = coordinator.train_tasks.all_tasks() if rank0 else None
         sft_phase(config, learner, tasks, chat, report)
         version, sync_needed = 1, True
         if config.checkpointing.every:  # the warm-started model is a checkpoint of its own (`userrl sft` ends here)
             learner.save_checkpoint(checkpoint_path(config, 0), {"iteration": 0, "policy_version": version,
                                                                  "config": config.model_dump(mode="json")},
-                                    tokenizer)
+                                    tokenizer, task_source_documents(coordinator.train_tasks) if rank0 else None)
     if sync_needed:
         sync_weights(learner, coordinator, version)
 
@@ -294,8 +296,10 @@ def _update_and_report(config: UserRLConfig, learner: Learner, coordinator: Roll
     every = config.checkpointing.every
     if every and (done % every == 0 or done == config.training.iterations):
         path = checkpoint_path(config, done)
+        # The task source's state (the curriculum's map) after this iteration's observe: exact on resume.
         learner.save_checkpoint(path, {"iteration": done, "policy_version": version,
-                                       "config": config.model_dump(mode="json")}, tokenizer)
+                                       "config": config.model_dump(mode="json")}, tokenizer,
+                                task_source_documents(coordinator.train_tasks) if rank0 else None)
         result["checkpoint"] = str(path)
         if rank0:  # save_checkpoint ends with a barrier: `path` is complete before anything goes
             prune_checkpoints(path, config.checkpointing.keep)

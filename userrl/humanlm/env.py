@@ -60,7 +60,7 @@ def item_task(item: TaskItem, split: str) -> Task:
     return Task(gym=GYM_NAME, item_key=item.key,
                 prompt=[dict(item.messages[0]), {"role": "user", "content": last_user}],
                 data={"row": item.row.to_record(), "row_index": item.row_index, "field": item.field,
-                      "messages": item.messages},
+                      "messages": item.messages, "prefix_blocks": [list(b) for b in item.prefix_blocks]},
                 split=split, max_new_tokens=item.max_tokens)
 
 

@@ -114,6 +114,8 @@ class TaskItem:
     messages: list[dict[str, str]]
     stop: tuple[str, ...] = STOP_STRINGS
     max_tokens: int = 512
+    #: The sequential mode's (field, value) blocks of the earlier levels, appended to the prompt.
+    prefix_blocks: tuple[tuple[str, str], ...] = ()
 
     @property
     def key(self) -> str:
@@ -190,8 +192,11 @@ class UserReplyTask:
                 raise ValueError(f"response_only mode has only the response field, not {name!r}")
         row_index = self.kept[example]
         row = self.rows[row_index]
-        messages = field_messages(row, name, prefix_blocks if self.mode == "sequential" else ())
-        return TaskItem(row_index, row, name, messages, STOP_STRINGS, get_field(name).max_tokens)
+        if prefix_blocks and self.mode != "sequential":
+            raise ValueError(f"prefix blocks are the sequential mode's; {self.mode} mode has none")
+        blocks = tuple((str(a), str(b)) for a, b in prefix_blocks)
+        messages = field_messages(row, name, blocks)
+        return TaskItem(row_index, row, name, messages, STOP_STRINGS, get_field(name).max_tokens, blocks)
 
     def __getitem__(self, index: int) -> TaskItem:
         return self.item(index)
