@@ -19,6 +19,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from aiohttp import web
 from chat_server import LoopbackChatServer
@@ -167,9 +168,11 @@ def _builder(tmp_path, model: str, name: str, **humanlm: Any) -> UserSimulatorCo
 
 def test_train_user_with_the_scripted_judge_checkpoints_resumes_and_evaluates(ray_local, replier, tmp_path,
                                                                               capsys):
+    """The sequential mode with the hierarchy-map curriculum: each step's tasks come from the map, which goes
+    into every checkpoint and comes back on resume; then evaluate-user in the main mode."""
     from userrl.cli import main
 
-    algo = (_builder(tmp_path, replier, "user", mode="separate_system_prompt")
+    algo = (_builder(tmp_path, replier, "user", mode="sequential", curriculum=True)
             .training(iterations=2).evaluation(interval=2, num_tasks=3).checkpointing(every=1).build_algo())
     try:
         results = algo.fit()
@@ -188,26 +191,46 @@ def test_train_user_with_the_scripted_judge_checkpoints_resumes_and_evaluates(ra
                 assert r[f"humanlm/{f}/valid_rate"] == 0.0 and r[f"humanlm/{f}/score"] == 0.0
         assert r["rollout/reward_mean"] == pytest.approx(r["humanlm/score_mean"])
         assert r["learner/trained_tokens"] > 0
+        # Only level 0 holds a batch before any promotion: stance; the taught <response> block never promotes.
+        assert fields == ["stance"] and r["curriculum/level"] == 0 and r["curriculum/proposed"] == 0
     # Evaluation (iteration 2): the response field, the validation judge, flexible parsing.
     final = results[-1]
     assert final["eval/humanlm/response/samples"] == 3 and "eval/humanlm/stance/samples" not in final
     assert 0.0 <= final["eval/humanlm/response/score"] <= 1.0
     # What MLflow shows: per-field scores and valid rates of every iteration, the judge's counters.
     metrics = _metric_keys(uri, run_id)
-    assert "eval.humanlm.response.score" in metrics and "humanlm.judge_calls" in metrics
+    # (Training never called the judge: every stance reply failed strict parsing and scored 0 without it.)
+    assert "eval.humanlm.response.score" in metrics and "eval.humanlm.judge_calls" in metrics
+    assert "humanlm.invalid_parses" in metrics and "curriculum.level" in metrics
     assert {f"humanlm.{f}.valid_rate" for f in fields} <= set(metrics)
     checkpoint = tmp_path / "user" / "checkpoints" / "iter_000002"
     assert (checkpoint / "meta.json").is_file() and (checkpoint / "model" / "config.json").is_file()
+    # The map went into the checkpoint (empty: nothing reached 0.9). Give it a ready response-level pool of
+    # 3 rows (prefix blocks of every latent field) so that the resumed run has something to restore.
+    state = json.loads((checkpoint / "task_source.json").read_text())
+    assert state["kind"] == "humanlm_hierarchy_map" and state["map"]["pools"] == state["map"]["pending"] == []
+    blocks = [[name, f"my {name}"] for name in FIELD_NAMES[:-1]]
+    state["map"]["pools"] = [{"row_index": i, "level": 6, "prefix_blocks": blocks, "reward": 0.95, "step": 2}
+                             for i in range(3)]
+    (checkpoint / "task_source.json").write_text(json.dumps(state))
 
-    # Resume: the run goes on from the checkpoint for the third iteration.
-    algo = (_builder(tmp_path, replier, "user", mode="separate_system_prompt").training(iterations=3)
+    # Resume: the run goes on from the checkpoint for the third iteration, with the map it holds.
+    algo = (_builder(tmp_path, replier, "user", mode="sequential", curriculum=True).training(iterations=3)
             .checkpointing(every=1, resume_from=str(checkpoint)).build_algo())
     try:
         resumed = algo.fit()
     finally:
         algo.stop()
     assert [r["iteration"] for r in resumed] == [3] and resumed[0]["policy_version"] == 3
+    (r,) = resumed
+    # Levels 0 and 6 hold a batch; the draw of (seed 0, iteration 2) is uniform over them: numpy's
+    # default_rng([0, 2]).integers(2) is 1, level 6. Its prompts carry the six blocks; the taught reply parses.
+    assert np.random.default_rng([0, 2]).integers(2) == 1
+    assert r["curriculum/pool/response"] == 3 and r["curriculum/level"] == 6
+    assert r["humanlm/response/samples"] == 6 and r["humanlm/response/valid_rate"] > 0
     assert (tmp_path / "user" / "checkpoints" / "iter_000003" / "meta.json").is_file()
+    saved = json.loads((tmp_path / "user" / "checkpoints" / "iter_000003" / "task_source.json").read_text())
+    assert sorted(e["row_index"] for e in saved["map"]["pools"] if e["level"] == 6) == [0, 1, 2]
 
     # evaluate-user: every field of the first 2 test rows, per-field scores printed and written.
     out = tmp_path / "eval_user"

@@ -164,3 +164,28 @@ def test_config_refusals_name_the_key(tmp_path):
                                      "env": {"gyms": [{"name": "humanlm"}, {"name": "humanlm", "split": "test"}]}}))
     with pytest.raises(ValueError, match="training.batch_size=8 distinct rows a step, but the train split keeps 4"):
         make_task_source(_config(tmp_path, batch_size=8))
+
+
+def test_train_user_prints_the_steps_level_and_the_pools():
+    from userrl.commands.train_user import _field_line
+
+    result = {"humanlm/emotion/score": 0.5, "humanlm/emotion/valid_rate": 1.0, "curriculum/level": 1.0,
+              "curriculum/proposed": 2.0, "curriculum/pending": 2.0, "curriculum/pool/emotion": 3.0}
+    assert _field_line(result).splitlines() == [
+        "  judge: emotion 0.500 (valid 1.00)",
+        "  curriculum: level 1 (emotion), proposed 2, pending 2, pools: emotion 3"]
+    assert "curriculum" not in _field_line(result, "eval/humanlm")
+
+
+def test_evaluation_in_sequential_mode_is_the_response_field_with_no_prefix(tmp_path):
+    """The spec's validation scores the response alone: what evaluate-user loads in sequential mode
+    (task_options without evaluation) and what training's evaluation loads (response_only) are the same items."""
+    from userrl.envs import load_tasks
+
+    config = _config(tmp_path)
+    for evaluation in (False, True):
+        tasks = load_tasks("humanlm", "train", **config.task_options("humanlm", evaluation=evaluation))
+        assert [t.data["row"]["extra_info"]["target_id"] for t in tasks] == ["t0", "t1", "t2", "t3"]
+        assert all(t.data["field"] == "response" and t.data["prefix_blocks"] == [] and t.max_new_tokens == 512
+                   for t in tasks)
+        assert tasks[0].data["messages"][-1]["content"] == "post number 0"

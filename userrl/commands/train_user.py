@@ -51,7 +51,14 @@ def _field_line(result: dict[str, Any], prefix: str = "humanlm") -> str:
     parts = [f"{name} {result[f'{prefix}/{name}/score']:.3f} (valid {result[f'{prefix}/{name}/valid_rate']:.2f})"
              for name in FIELD_NAMES if f"{prefix}/{name}/score" in result]
     failures = result.get(f"{prefix}/judge_failures", 0.0)
-    return "  judge: " + ", ".join(parts) + (f"  judge failures {failures:.0f}" if failures else "")
+    line = "  judge: " + ", ".join(parts) + (f"  judge failures {failures:.0f}" if failures else "")
+    if prefix == "humanlm" and "curriculum/level" in result:  # sequential mode: the step's level, the map's pools
+        pools = [f"{name} {result[f'curriculum/pool/{name}']:.0f}" for name in FIELD_NAMES
+                 if f"curriculum/pool/{name}" in result]
+        line += (f"\n  curriculum: level {result['curriculum/level']:.0f} ({FIELD_NAMES[int(result['curriculum/level'])]}), "
+                 f"proposed {result['curriculum/proposed']:.0f}, pending {result['curriculum/pending']:.0f}, "
+                 f"pools: {', '.join(pools) or 'none yet'}")
+    return line
 
 
 def cli_train_user(args: Any, console: Console) -> int:
@@ -63,7 +70,8 @@ def cli_train_user(args: Any, console: Console) -> int:
     if args.resume:
         config.checkpointing.resume_from = args.resume
     h = config.humanlm
-    console.print(f"[bold]train-user[/]: mode {h.mode}, judge {h.judge}"
+    console.print(f"[bold]train-user[/]: mode {h.mode}{' with the hierarchy-map curriculum' if h.curriculum else ''}, "
+                  f"judge {h.judge}"
                   f"{' ' + str(h.judge_llm.get('model')) if h.judge == 'openai' else ''}, validation judge "
                   f"{h.validation_judge or h.judge}, model {config.policy.model}")
     algo = GRPOMultiTurn(config)

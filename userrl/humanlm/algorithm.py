@@ -50,5 +50,6 @@ class UserSimulatorConfig(GRPOMultiTurnConfig):
         self._data = merge_defaults(self._data)
 
     def humanlm(self, **values: Any) -> UserSimulatorConfig:
-        """Mode (separate_system_prompt | response_only), data files, judges, prompt budget, field weights."""
+        """Mode (separate_system_prompt | response_only | sequential with curriculum=True), data files, judges,
+        prompt budget, field weights."""
         return self._section("humanlm", values)
