@@ -2,7 +2,7 @@
 
 fields.py (the hierarchy), row.py (a data row), data.py (rows from our gyms, JSONL, parquet),
 generate.py (writes the shipped rows), format.py (modes, prompts, parsing), judge.py (judges, aggregation),
-curriculum.py (the optional hierarchy map).
+curriculum.py (the optional hierarchy map), curriculum_source.py (the sequential mode's task source over it).
 """
 
 from userrl.humanlm.curriculum import HierarchyMap
