@@ -17,7 +17,7 @@ import gymnasium
 import numpy as np
 
 from userrl.envs.base import MultiTurnEnv, Task
-from userrl.envs.solving import Solver, play_episode
+from userrl.envs.solving import NativeToolsSolver, Solver, play_episode
 
 logger = logging.getLogger(__name__)
 
@@ -153,6 +153,12 @@ def load_tasks(
 def train_tasks(name: str) -> tuple[Task, ...]:
     """The builtin train tasks of gym `name`, loaded once per process (empty for an unregistered gym)."""
     return tuple(load_tasks(name, "train")) if name in RECORDS else ()
+
+
+def solver_plays_native_tools(name: str) -> bool:
+    """Whether gym `name` has a solver that writes native-tools demonstrations (a NativeToolsSolver class)."""
+    solver = gym_record(name).solver
+    return isinstance(solver, type) and issubclass(solver, NativeToolsSolver)
 
 
 def make_solver(name: str, task: Task, rng: np.random.Generator, max_steps: int | None = None) -> Solver:

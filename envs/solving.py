@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -19,6 +20,28 @@ class Solver(Protocol):
     """A scripted solver: the next (choice, content) given the last feedback (None before the first step)."""
 
     def next_action(self, last_feedback: str | None) -> tuple[str, str]: ...
+
+
+class NativeToolsSolver(ABC):
+    """A solver that can also play a native-tools episode (`env.protocol: native_tools`, ALGORITHMS.md 5.1).
+
+    There the agent's first context already holds the tools, and each message either calls one tool or speaks
+    to the user: after `start_native`, every move is `answer` (one tool call as JSON, {"name", "arguments"}) or
+    `action` (plain text for the user); `finish` means the plan is over without the episode having ended (a
+    native episode has no such step, so the demonstration ends there, unrewarded).
+    """
+
+    @abstractmethod
+    def next_action(self, last_feedback: str | None) -> tuple[str, str]:
+        """The next (choice, content) given the last feedback (None before the first step)."""
+
+    @abstractmethod
+    def start_native(self, opening: str) -> None:
+        """Play a native-tools episode whose agent first reads `opening` (its prompt and the tool schemas, as text).
+
+        Called once, before the first `next_action`: the solver grounds its values in this opening instead of
+        the task's choice-protocol prompt, and never looks the tools up.
+        """
 
 
 class PlannedSolver:

@@ -569,11 +569,16 @@ class UserRLConfig(_Section):
             raise ValueError(
                 f"{', '.join(changed)}: training.adv_estimator=grpo_multiturn has no critic; set "
                 f"training.adv_estimator to a GAE estimator ({', '.join(_GAE)}) or remove the critic settings")
-        if self.sft.enabled and self.env.protocol == "native_tools":
-            # Demonstrations are rendered as choice steps and tool messages; native episodes are not built yet.
-            raise ValueError(
-                "sft.enabled=true is not available with env.protocol=native_tools yet (demonstrations are "
-                "rendered for bracket/tool_call); set sft.enabled=false or env.protocol=tool_call")
+        if self.sft.enabled and self.sft.source == "solver" and self.env.protocol == "native_tools":
+            from userrl.envs.registry import solver_plays_native_tools
+
+            # Native demonstrations need a solver that plays without `search tools` and `finish` (NativeToolsSolver).
+            without = [spec.name for spec in self.env.gyms if not solver_plays_native_tools(spec.name)]
+            if without:
+                raise ValueError(
+                    f"sft.enabled=true with env.protocol=native_tools: the solvers of {without} cannot write "
+                    "native-tools demonstrations; set sft.source=file (your own JSONL), sft.enabled=false or "
+                    "env.protocol=tool_call")
         if self.sft.enabled and (self.env.protocol == "user_reply") != (self.sft.source == "rows"):
             raise ValueError(
                 f"sft.source={self.sft.source} with env.protocol={self.env.protocol}: a user-reply task is warm "

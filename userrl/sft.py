@@ -9,25 +9,30 @@ from typing import Any
 import numpy as np
 
 from userrl.chat import ChatFormat
-from userrl.envs import Task, UngroundedTask, make_env, make_solver, tool_call_to_action
+from userrl.envs import Task, UngroundedTask, make_env, make_solver
+from userrl.envs.registry import get_gym
+from userrl.envs.solving import NativeToolsSolver
 from userrl.trajectory import ROLE_IDS, Trajectory, TurnRecord
 
 
 def trajectory_from_messages(messages: list[dict[str, str]], chat: ChatFormat, uid: str = "demo",
-                             env_name: str = "", item_key: str = "", prompt_messages: int = 2) -> Trajectory:
-    """Tokenize [system, user, (assistant, tool+)*] the way the rollout would have sampled it.
+                             env_name: str = "", item_key: str = "", prompt_messages: int = 2,
+                             tools: list[dict[str, Any]] | None = None) -> Trajectory:
+    """Tokenize [system, user, (assistant, (tool | user)+)*] the way the rollout would have sampled it.
 
     The first `prompt_messages` messages are the episode's opening, outside the loss (2 for an agent's
-    [system, user]; a user-reply task's whole persona prompt + context). A sampled message ends with the
-    end-of-turn token, unless it ends with one of the protocol's stop strings: the rollout cuts a reply
-    there (user_reply: after a field's closing tag), so the demonstration ends there too.
+    [system, user]; a user-reply task's whole persona prompt + context), rendered with `tools` (native_tools:
+    the gym's schemas, for a chat template that renders them). A sampled message ends with the end-of-turn
+    token, unless it ends with one of the protocol's stop strings: the rollout cuts a reply there
+    (user_reply: after a field's closing tag), so the demonstration ends there too. The messages after an
+    assistant message (tool results; under native_tools the user's reply) take the first one's role.
     """
     if [m["role"] for m in messages[:2]] != ["system", "user"]:
         raise ValueError(f"demonstration {uid}: messages must start with system, user")
     if not 2 <= prompt_messages < len(messages) + 1:
         raise ValueError(f"demonstration {uid}: prompt_messages={prompt_messages} must be in [2, {len(messages)}]")
     traj = Trajectory(uid=uid, group_id=uid, env_name=env_name, item_key=item_key, messages=list(messages))
-    for ids, role in chat.encode_prompt(list(messages[:prompt_messages])):
+    for ids, role in chat.encode_prompt(list(messages[:prompt_messages]), tools):
         traj.append(ids, role)
     traj.prompt_len = len(traj.input_ids)
     rest, turn = messages[prompt_messages:], -1
@@ -47,14 +52,15 @@ def trajectory_from_messages(messages: list[dict[str, str]], chat: ChatFormat, u
         record = TurnRecord(n_sampled=len(sampled))
         traj.turns.append(record)
         i += 1
-        tools = []
+        replies = []
         while i < len(rest) and rest[i]["role"] != "assistant":
-            tools.append(rest[i])
+            replies.append(rest[i])
             i += 1
-        if tools:
+        if replies:
             record.executed = True
-            record.feedback = tools[0]["content"]
-            traj.append(chat.encode_after_assistant(tools), ROLE_IDS["tool"], turn=turn)
+            record.feedback = replies[0]["content"]
+            # As TokenPolicy.observe files them: one segment, in the role of its first message.
+            traj.append(chat.encode_after_assistant(replies), ROLE_IDS[replies[0]["role"]], turn=turn)
     traj.stop_reason = "env_done"
     return traj
 
@@ -63,7 +69,12 @@ def solver_demonstrations(tasks: list[Task], chat: ChatFormat, episodes: int, se
                           max_turns: int = 16, env_kwargs: dict[str, Any] | None = None) -> list[Trajectory]:
     """Play `episodes` tasks (cycling) with each gym's scripted solver.
 
-    Tasks the solver cannot ground (it raises UngroundedTask) and episodes that earn no reward are skipped.
+    Each demonstration is the episode a rollout of `chat`'s protocol would have played had the policy written
+    the solver's moves: the same opening (under native_tools the gym's prompt and tool schemas), each move as
+    the protocol's assistant text, executed as the rollout parses it, and the feedback filed as the rollout
+    files it (native_tools: a tool call's result as a tool message, a message to the user followed by the
+    user's reply). Tasks the solver cannot ground (it raises UngroundedTask) and episodes that earn no reward
+    are skipped.
     """
     rng = np.random.default_rng(seed)
     # A seeded shuffle, so a mixture's demonstrations come from every gym, not the first in the list.
@@ -81,8 +92,8 @@ def solver_demonstrations(tasks: list[Task], chat: ChatFormat, episodes: int, se
             continue
         task = tasks[index]
         try:
-            messages, episode_return = _solver_messages(task, chat, rng, max_turns,
-                                                        (env_kwargs or {}).get(task.gym, {}))
+            messages, tools, episode_return = _solver_messages(task, chat, rng, max_turns,
+                                                               (env_kwargs or {}).get(task.gym, {}))
         except UngroundedTask:
             grounded[index] = False  # the transcript cannot justify an answer: no demonstration of it
             continue
@@ -90,29 +101,51 @@ def solver_demonstrations(tasks: list[Task], chat: ChatFormat, episodes: int, se
             grounded[index] = False  # a grounded plan that earned nothing would teach failing
             continue
         demos.append(trajectory_from_messages(messages, chat, uid=f"demo-{len(demos)}", env_name=task.gym,
-                                              item_key=task.item_key))
+                                              item_key=task.item_key, tools=tools))
     return demos
 
 
 def _solver_messages(task: Task, chat: ChatFormat, rng: np.random.Generator, max_turns: int,
-                     env_kwargs: dict[str, Any]) -> tuple[list[dict[str, str]], float]:
-    env = make_env(task.gym, task, **env_kwargs)
+                     env_kwargs: dict[str, Any]) -> tuple[list[dict[str, str]], list[dict[str, Any]], float]:
+    """One solver episode as (messages, tool schemas, return), played like run_episode plays a policy's turns."""
+    native = chat.protocol == "native_tools"
+    # A native episode follows the gym's own native rules, as env_runner_group.env_kwargs sets them.
+    kwargs = {**(get_gym(task.gym).native_tools_kwargs if native else {}), **env_kwargs}
+    env = make_env(task.gym, task, **kwargs)
     try:
+        messages, tools = chat.episode_opening(task, env)
         env.reset()
         solver = make_solver(task.gym, task, rng)
-        messages = chat.initial_messages(task.prompt)
+        if native:
+            if not isinstance(solver, NativeToolsSolver):
+                raise ValueError(
+                    f"sft.enabled=true with env.protocol=native_tools: the {task.gym} gym's solver cannot write "
+                    "native-tools demonstrations (it is no NativeToolsSolver); set sft.source=file, "
+                    "sft.enabled=false or env.protocol=tool_call")
+            solver.start_native(opening_text(messages, tools))
         feedback, episode_return = None, 0.0
         for _ in range(max_turns):
             choice, content = solver.next_action(feedback)
-            messages.append({"role": "assistant", "content": chat.render_action(choice, content)})
-            observation, reward, terminated, truncated, _ = env.step(tool_call_to_action(choice, content))
+            if native and choice == "finish":
+                break  # the plan is over but the episode is not: a native message has no finish step
+            text = chat.render_action(choice, content)
+            parsed = chat.parse(text)  # what the rollout executes: the first call of the text, as it parses it
+            if parsed.action is None:
+                break  # the rollout would end here (no_tool_call), unrewarded
+            messages.append({"role": "assistant", "content": text})
+            observation, reward, terminated, truncated, _ = env.step(parsed.action)
             feedback, episode_return = observation["feedback"], episode_return + float(reward)
-            messages.append({"role": "tool", "content": feedback})
+            messages.extend(chat.tool_messages(parsed, feedback))
             if terminated or truncated:
                 break
-        return messages, episode_return
+        return messages, tools, episode_return
     finally:
         env.close()
+
+
+def opening_text(messages: list[dict[str, str]], tools: list[dict[str, Any]]) -> str:
+    """What a native-tools agent reads before its first message: the opening's texts and the tool schemas."""
+    return "\n".join([*(m["content"] for m in messages), *(json.dumps(t["function"]) for t in tools)])
 
 
 def user_reply_demonstrations(tasks: list[Task], chat: ChatFormat, episodes: int,

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from userrl.envs.base import Task
-from userrl.envs.solving import UngroundedTask
+from userrl.envs.solving import NativeToolsSolver, UngroundedTask
 from userrl.envs.tau.customer import (
     MAX_SCRIPTED_REPLIES,
     CustomerFacts,
@@ -149,7 +149,7 @@ def missing_values(kwargs: Mapping[str, Any], transcript: str) -> list[tuple[str
     return [(k, v) for k, v in leaf_values(kwargs) if not grounded(k, v, transcript)]
 
 
-class TauSolver:
+class TauSolver(NativeToolsSolver):
     """Plays one Tau episode: tools, hear the customer out, look up, confirm, change, report, close."""
 
     #: Plans within the episode's step budget: the registry passes max_steps (env.max_steps).
@@ -202,6 +202,14 @@ class TauSolver:
         if choice == "action":
             self._messages += 1
         return choice, content
+
+    def start_native(self, opening: str) -> None:
+        """Play a native-tools episode: the transcript is the agent's opening (policy, tool schemas, first message)."""
+        if self._steps:
+            raise RuntimeError(f"tau task {self._task!r}: start_native comes before the first move")
+        # The native agent never read the choice protocol's prompt; the schemas stand in for `search tools`.
+        self.transcript = _plain(opening)
+        self._shown_tools = True
 
     def _decide(self) -> tuple[str, str]:
         if not self._shown_tools:

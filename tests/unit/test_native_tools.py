@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import json
 from typing import Any
 
@@ -20,6 +21,7 @@ from userrl.envs.tau.customer import GREETING, STOP_TOKEN
 from userrl.envs.tau.env import CUSTOMER_GONE
 from userrl.envs.tau.tools import catalogue_text, domain_tools
 from userrl.rollout import RolloutLimits, TokenPolicy, run_episode
+from userrl.sft import solver_demonstrations
 from userrl.trajectory import ROLE_IDS, Trajectory
 
 LIMITS = RolloutLimits(max_turns=30, max_new_tokens=512, max_model_len=16384, max_response_len=12288)
@@ -399,8 +401,81 @@ def test_every_gym_declares_whether_it_exposes_tools(name):
         assert schema["type"] == "function" and schema["function"]["parameters"]["type"] == "object"
 
 
-def test_sft_is_refused_with_native_tools_until_demonstrations_exist():
-    from userrl.config import ConfigError, load_config
+# ---------------------------------------------------------------- SFT demonstrations (sft.enabled, source solver)
 
-    with pytest.raises(ConfigError, match="sft.enabled=true is not available with env.protocol=native_tools"):
-        load_config(None, ["env.protocol=native_tools", "env.gyms=[{name: tau}]", "sft.enabled=true"])
+
+@pytest.mark.parametrize("renders_tools", [False, True], ids=["tools_in_system", "template_renders_tools"])
+def test_a_solver_demonstration_is_the_rollout_of_its_own_messages(tiny_model, renders_tools):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    if renders_tools:
+        tokenizer.chat_template = TOOLS_TEMPLATE
+    chat = ChatFormat(tokenizer, "native_tools")
+    (demo,) = solver_demonstrations([TASK], chat, episodes=1, max_turns=30)
+    # The real episode loop, with a policy that writes exactly the demonstration's assistant texts.
+    texts = [m["content"] for m in demo.messages if m["role"] == "assistant"]
+    traj = play(chat, Scripted(chat, texts))
+    assert traj.stop_reason == "env_done" and traj.episode_return == 1.0 and len(traj.turns) == len(texts)
+    assert demo.messages == traj.messages
+    assert demo.prompt_len == traj.prompt_len and demo.input_ids == traj.input_ids
+    assert (demo.role_ids, demo.loss_mask, demo.turn_ids, demo.turn_starts) == (
+        traj.role_ids, traj.loss_mask, traj.turn_ids, traj.turn_starts)
+    assert_token_exact(tokenizer, demo, native_env().tool_schemas() if renders_tools else None)
+    # The loss covers the assistant texts, each closed by its end-of-turn token, and nothing else.
+    expected: list[int] = []
+    for message in demo.messages:
+        if message["role"] == "assistant":
+            expected += tokenizer.encode(message["content"], add_special_tokens=False) + [tokenizer.eos_token_id]
+    assert [t for t, m in zip(demo.input_ids, demo.loss_mask, strict=True) if m] == expected
+
+
+def test_a_native_demonstration_calls_tools_and_speaks_to_the_customer(tokenizer):
+    chat = ChatFormat(tokenizer, "native_tools")
+    (demo,) = solver_demonstrations([TASK], chat, episodes=1, max_turns=30)
+    env = native_env()
+    system, user, *rest = demo.messages
+    assert system["content"].startswith(env._domain.policy().strip()) and '"name": "cancel_pending_order"' in (
+        system["content"])  # SmolLM2's template ignores `tools`: the schemas are in the system message
+    assert user == {"role": "user", "content": TASK.data["obs"].strip()}
+    names = set(domain_tools("retail"))
+    assert [m["role"] for m in rest[::2]] == ["assistant"] * len(rest[::2]) and len(rest) % 2 == 0
+    for message, reply in zip(rest[::2], rest[1::2], strict=True):
+        text = message["content"]
+        if text.startswith("<tool_call>\n"):  # one tool call, its result after it as a tool message
+            payload = json.loads(text.removeprefix("<tool_call>\n").removesuffix("\n</tool_call>"))
+            assert payload["name"] in names and reply["role"] == "tool"
+        else:  # plain text to the customer, the customer's reply after it as a user message
+            assert "<tool_call>" not in text and text.strip() and reply["role"] == "user"
+        assert "[search]" not in text and "Available Tools:" not in reply["content"]  # no tool look-up step
+    gold = TASK.data["actions"][-1]
+    assert {"role": "assistant", "content": call(gold["name"], **gold["kwargs"])} in rest  # the change itself
+    assert rest[-1]["role"] == "user" and STOP_TOKEN in rest[-1]["content"]
+    assert {"user", "tool"} == {m["role"] for m in rest[1::2]}
+    with pytest.raises(RuntimeError, match="before the first move"):
+        solver = make_solver("tau", TASK, np.random.default_rng(0))
+        solver.next_action(None)
+        solver.start_native("late")
+
+
+class ChoiceOnlySolver:
+    """A solver that plays the choice protocols only (no NativeToolsSolver)."""
+
+    def __init__(self, task: Task, rng: np.random.Generator) -> None:
+        pass
+
+    def next_action(self, last_feedback: str | None) -> tuple[str, str]:
+        return "search", "tools"
+
+
+def test_sft_with_native_tools_needs_a_solver_that_plays_them(monkeypatch, tokenizer):
+    from userrl.config import ConfigError, load_config
+    from userrl.envs.registry import RECORDS
+
+    native = ["env.protocol=native_tools", "env.gyms=[{name: tau}]", "sft.enabled=true"]
+    assert load_config(None, native).sft.enabled  # Tau's solver writes native demonstrations
+    monkeypatch.setitem(RECORDS, "tau", dataclasses.replace(RECORDS["tau"], solver=ChoiceOnlySolver))
+    with pytest.raises(ConfigError, match=r"sft.enabled=true with env.protocol=native_tools: the solvers of "
+                                          r"\['tau'\] cannot write native-tools demonstrations; set sft.source=file"):
+        load_config(None, native)
+    assert load_config(None, [*native, "sft.source=file", "sft.path=demos.jsonl"]).sft.source == "file"
+    with pytest.raises(ValueError, match=r"sft.enabled=true with env.protocol=native_tools: the tau gym's solver"):
+        solver_demonstrations([TASK], ChatFormat(tokenizer, "native_tools"), episodes=1)
