@@ -1,5 +1,6 @@
 """GRPO with `env.protocol: native_tools` on Tau (issue 18): the tiny model's messages are tool calls or speech to
-the scripted customer; the run trains end to end and every trajectory has the layout of spec ALGORITHMS.md 5.1.
+the scripted customer; the run warm-starts on the solver's native demonstrations (sft), trains end to end and every
+trajectory has the layout of spec ALGORITHMS.md 5.1.
 The tiny random model rarely ends a message within its token limit, so the customer is hardly called in that run;
 the second run teaches a copy to speak to the customer and plays against our loopback OpenAI-compatible customer
 (env.backend=openai): replies come back as user messages, ###STOP### ends an episode, and an empty reply is a failed
@@ -20,23 +21,30 @@ pytestmark = pytest.mark.slow
 
 
 def test_native_tools_on_tau_trains_end_to_end(ray_local, tiny_model, tmp_path):
+    # max_turns=8: the solver finishes some Tau tasks within 8 messages, in demonstrations under 4096 tokens.
     algo = (GRPOMultiTurnConfig()
             .experiment(name="native", seed=0, output_dir=str(tmp_path))
-            .environment(gyms=[{"name": "tau"}], protocol="native_tools", max_turns=4, max_steps=30,
+            .environment(gyms=[{"name": "tau"}], protocol="native_tools", max_turns=8, max_steps=30,
                          backend="scripted")
             .policy(model="tiny-random", max_new_tokens=8, max_model_len=4096, max_response_len=512,
                     num_threads=1)
             .env_runners(num_env_runners=1)
             .training(iterations=2, batch_size=2, group_size=2, lr=1e-4, micro_batch_tokens=8192)
+            .sft(enabled=True, episodes=2, epochs=1, batch_size=2, lr=1e-4)
             .learners(num_learners=1)
             .checkpointing(every=0)
             .tracking(experiment="native", mlflow_uri=f"sqlite:///{tmp_path}/mlflow.db", sample_trajectories=4)
             .build_algo())
     try:
-        results = algo.fit()
+        seen = []
+        results = algo.fit(on_result=seen.append)
     finally:
         algo.stop()
 
+    # One warm-start step on the two native demonstrations, its weights synced before the first rollout.
+    (sft,) = [r for r in seen if r["phase"] == "sft"]
+    assert sft["sft/tokens"] > 0 and sft["sft/loss"] > 0
+    assert [r["policy_version"] for r in results] == [2, 3]
     assert [r["iteration"] for r in results] == [1, 2]
     for r in results:
         assert r["rollout/episodes"] == 4 and r["rollout/aborted"] == 0
