@@ -467,7 +467,9 @@ class CriticConfig(_Section):
 class SFTConfig(_Section):
     enabled: bool = Field(False, description="Warm start with SFT on demonstrations (sft.source) before RL.")
     source: Literal["solver", "file", "rows"] = Field(
-        "solver", description="solver: demonstrations played by each gym's scripted solver; file: JSONL at sft.path; "
+        "solver", description="solver: demonstrations played by each gym's scripted solver, rendered as the "
+        "env.protocol's episodes (native_tools: Tau's solver's moves as tool calls and messages to the customer, "
+        "exactly as a rollout renders them); file: JSONL at sft.path; "
         "rows: the humanlm rows' real replies (and ground-truth latent states) in the strict tag format, for "
         "env.protocol=user_reply (`userrl train-user` sets it).")
     path: str | None = Field(None, description="JSONL of demonstrations (source: file).")

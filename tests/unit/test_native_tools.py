@@ -472,6 +472,9 @@ def test_sft_with_native_tools_needs_a_solver_that_plays_them(monkeypatch, token
 
     native = ["env.protocol=native_tools", "env.gyms=[{name: tau}]", "sft.enabled=true"]
     assert load_config(None, native).sft.enabled  # Tau's solver writes native demonstrations
+    from userrl.cli import sft_config
+
+    assert sft_config(None, native[:2]).sft.enabled  # `userrl sft` too
     monkeypatch.setitem(RECORDS, "tau", dataclasses.replace(RECORDS["tau"], solver=ChoiceOnlySolver))
     with pytest.raises(ConfigError, match=r"sft.enabled=true with env.protocol=native_tools: the solvers of "
                                           r"\['tau'\] cannot write native-tools demonstrations; set sft.source=file"):
