@@ -228,6 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     turns = {gym: int(results["models"]["trained"][f"{gym}/scripted_turns"]) for gym in GYMS}
     print(f"scripted turns: {turns}; judge rows: {len(rows)} (scripted judge, flexible parsing)")
     if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({**results, "transcripts": transcripts}, indent=2) + "\n")
         print(f"written: {args.out}")
     return 0
