@@ -172,7 +172,9 @@ class HumanLMConfig(_Section):
     num_repeats: int = Field(1, ge=1, description="Judge calls averaged per (group, field) (spec num_repeats).")
     field_weights: dict[str, float] = Field(
         default_factory=dict, description="Weight per field in a sample's score (default 1.0 each).")
-    thinking: bool = Field(False, description="Strict parsing allows a leading `...</think>` (thinking models).")
+    thinking: bool = Field(False, description="A thinking model: strict parsing allows a leading `...</think>`, "
+                           "and every field's token limit is 1024 (spec: 512, 1024 with thinking); policy."
+                           "max_new_tokens defaults to 1024 in train-user.")
 
     @field_validator("judge_llm", "validation_judge_llm")
     @classmethod
@@ -626,7 +628,7 @@ class UserRLConfig(_Section):
             return {}
         h = self.humanlm
         return {"mode": "response_only" if evaluation else h.mode, "data_files": h.data_files or None,
-                "gyms": tuple(h.gyms), "prompt_budget": h.prompt_budget}
+                "gyms": tuple(h.gyms), "prompt_budget": h.prompt_budget, "thinking": h.thinking}
 
     def mlflow_uri(self) -> str:
         """Tracking URI: config, then $MLFLOW_TRACKING_URI, then a local sqlite store."""

@@ -7,6 +7,7 @@ import pytest
 from userrl.humanlm.fields import FIELD_NAMES, FIELDS, get_field
 from userrl.humanlm.format import (
     STOP_STRINGS,
+    THINKING_MAX_TOKENS,
     UserReplyTask,
     expand_index,
     expanded_size,
@@ -86,6 +87,33 @@ def test_sequential_mode_appends_earlier_blocks() -> None:
     item = task.item(0, "emotion", prefix_blocks=[("stance", "Agree toward X")])
     assert item.messages[-1]["content"].endswith("<stance>Agree toward X</stance>")
     assert "<emotion>" in item.messages[0]["content"]
+
+
+def test_thinking_gives_every_field_the_1024_token_limit() -> None:
+    task = UserReplyTask([make_row()], thinking=True)
+    assert THINKING_MAX_TOKENS == 1024  # spec 5.2: "Response limit 512 tokens (1024 with thinking)"
+    assert [task[i].max_tokens for i in range(7)] == [1024] * 7
+    assert [UserReplyTask([make_row()])[i].max_tokens for i in range(7)] == [48] * 6 + [512]
+
+
+def test_sequential_budget_counts_the_longest_prefix_the_curriculum_can_add() -> None:
+    def row(i: int, words: int) -> Row:
+        return Row(prompt=({"role": "system", "content": "p"}, {"role": "user", "content": "zqx " * words}),
+                   ground_truth="r", persona="p", target_id=f"t{i}", data_source="test")
+
+    def count(text: str) -> int:  # counts only the context's words: tags, personas and prompts cost 0
+        return text.count("zqx")
+
+    rows = [row(0, 10), row(1, 13)]
+    # The response field's prompt can carry all six latent blocks, each value at its 48-token limit:
+    # 10 + 6 * 48 = 298 fits a budget of 300, 13 + 288 = 301 does not.
+    task = UserReplyTask(rows, mode="sequential", prompt_budget=300, count_tokens=count)
+    assert task.kept == [0] and task.skipped == {"prompt_over_budget": 1}
+    # Without prefixes (the main mode) both fit; with thinking each value may reach 1024 tokens.
+    assert UserReplyTask(rows, prompt_budget=300, count_tokens=count).kept == [0, 1]
+    thinking = UserReplyTask(rows, mode="sequential", prompt_budget=10 + 6 * 1024, count_tokens=count,
+                             thinking=True)
+    assert thinking.kept == [0]
 
 
 def test_overlong_prompts_are_filtered_and_counted() -> None:

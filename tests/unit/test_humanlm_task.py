@@ -76,6 +76,19 @@ def test_builder_fills_humanlm_settings_and_keeps_the_callers():
     assert config.policy.temperature == 0.8 and config.evaluation.temperature == 0.4
     assert config.humanlm.mode == "response_only"
     assert TRAIN_USER_DEFAULTS["training"]["group_size"] == 4  # the defaults are not mutated
+    assert config.policy.max_new_tokens == 512
+
+
+def test_thinking_raises_the_default_response_limit_to_1024():
+    def build(**policy) -> int:
+        return (UserSimulatorConfig().humanlm(thinking=True).policy(model="tiny-random", **policy)
+                .to_config().policy.max_new_tokens)
+
+    assert build() == 1024 and build(max_new_tokens=300) == 300
+    assert parse_config(merge_defaults({"humanlm": {"thinking": True}})).policy.max_new_tokens == 1024
+    assert TRAIN_USER_DEFAULTS["policy"]["max_new_tokens"] == 512
+    tasks = _tasks(_config(thinking=True))
+    assert {t.max_new_tokens for t in tasks} == {1024}
 
 
 def test_prompt_budget_drops_overlong_rows_and_counts_them(caplog):

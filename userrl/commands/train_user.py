@@ -146,8 +146,7 @@ def run_user_evaluation(config: UserRLConfig, *, checkpoint: str | None = None, 
         if owns_ray:
             ray.shutdown()
     metrics.update(rollout_metrics(trajectories, seconds, prefix="eval"))
-    skipped = skipped_rows(split, mode=options["mode"], data_files=options["data_files"], gyms=options["gyms"],
-                           prompt_budget=options["prompt_budget"])
+    skipped = skipped_rows(split, **options)
     metrics.update({f"eval/humanlm/skipped_rows/{reason}": float(n) for reason, n in skipped.items()})
     aborted = {t.uid: t.error for t in trajectories if t.aborted}
     summary = {"model": model_path, "checkpoint": checkpoint, "split": split, "mode": options["mode"],

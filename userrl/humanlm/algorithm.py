@@ -13,7 +13,8 @@ import copy
 from typing import Any
 
 from userrl.algorithm import GRPOMultiTurnConfig
-from userrl.config import UserRLConfig
+from userrl.config import UserRLConfig, parse_config
+from userrl.humanlm.format import THINKING_MAX_TOKENS
 
 #: What `userrl train-user` and UserSimulatorConfig put under a config (the config's own keys win).
 TRAIN_USER_DEFAULTS: dict[str, Any] = {
@@ -31,8 +32,11 @@ TRAIN_USER_DEFAULTS: dict[str, Any] = {
 
 
 def merge_defaults(data: dict[str, Any], defaults: dict[str, Any] = TRAIN_USER_DEFAULTS) -> dict[str, Any]:
-    """data over defaults, section by section (a key data sets wins, lists included)."""
+    """data over defaults, section by section (a key data sets wins, lists included); with humanlm.thinking,
+    responses default to THINKING_MAX_TOKENS (1024) rather than 512."""
     out = copy.deepcopy(defaults)
+    if isinstance(data.get("humanlm"), dict) and data["humanlm"].get("thinking") and "policy" in out:
+        out["policy"]["max_new_tokens"] = THINKING_MAX_TOKENS
     for key, value in data.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = merge_defaults(value, out[key])
@@ -45,9 +49,10 @@ class UserSimulatorConfig(GRPOMultiTurnConfig):
     """Builder of a user-simulator (HumanLM) run: `.humanlm(mode=..., judge=...)` plus every section of
     GRPOMultiTurnConfig; HumanLM's settings fill what is left out."""
 
-    def __init__(self, base: UserRLConfig | dict[str, Any] | None = None):
-        super().__init__(base)
-        self._data = merge_defaults(self._data)
+    def to_config(self) -> UserRLConfig:
+        """The validated config: what the builder set over HumanLM's defaults (merged last, so that
+        `.humanlm(thinking=True)` still raises the default response limit)."""
+        return parse_config(merge_defaults(self._data))
 
     def humanlm(self, **values: Any) -> UserSimulatorConfig:
         """Mode (separate_system_prompt | response_only | sequential with curriculum=True), data files, judges,

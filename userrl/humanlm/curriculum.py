@@ -4,7 +4,8 @@ Level h trains field h. A sample at level h whose non-empty field scores at leas
 (0.9) proposes a prompt for level h+1: its own prefix plus that field's block. Only the best entry per
 (row, level) is kept (highest reward, newest on ties). Proposals wait in a pending buffer and join the
 pools every `refresh_every` (3) steps; each step samples a level uniformly among the levels whose pool
-holds at least one batch (level 0 holds every row); the map is checkpointed every 50 steps with the model.
+holds at least one batch (level 0 holds every row). The spec checkpoints the map every 50 steps; ours goes
+into every model checkpoint (userrl/humanlm/curriculum_source.py), so a resume restores it exactly.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import numpy as np
 from userrl.humanlm.fields import FIELD_NAMES, get_field
 
 REFRESH_EVERY = 3
-CHECKPOINT_EVERY = 50
 
 
 @dataclass(frozen=True)
@@ -35,12 +35,10 @@ class Entry:
 class HierarchyMap:
     """Pools of prompts per level above 0, the best entry per (row, level)."""
 
-    def __init__(
-        self, n_rows: int, refresh_every: int = REFRESH_EVERY, checkpoint_every: int = CHECKPOINT_EVERY
-    ) -> None:
-        if n_rows < 1 or refresh_every < 1 or checkpoint_every < 1:
-            raise ValueError("n_rows, refresh_every and checkpoint_every must be at least 1")
-        self.n_rows, self.refresh_every, self.checkpoint_every = n_rows, refresh_every, checkpoint_every
+    def __init__(self, n_rows: int, refresh_every: int = REFRESH_EVERY) -> None:
+        if n_rows < 1 or refresh_every < 1:
+            raise ValueError("n_rows and refresh_every must be at least 1")
+        self.n_rows, self.refresh_every = n_rows, refresh_every
         self.pools: dict[int, dict[int, Entry]] = {}
         self.pending: dict[tuple[int, int], Entry] = {}
 
@@ -94,16 +92,11 @@ class HierarchyMap:
         picks = rng.choice(len(pool), size=batch_size, replace=False)
         return level, [pool[int(i)] for i in picks]
 
-    def should_checkpoint(self, step: int) -> bool:
-        """Whether the map goes into the checkpoint at this step (every checkpoint_every steps)."""
-        return step > 0 and step % self.checkpoint_every == 0
-
     def state_dict(self) -> dict[str, Any]:
         """The whole map as plain JSON-able data."""
         return {
             "n_rows": self.n_rows,
             "refresh_every": self.refresh_every,
-            "checkpoint_every": self.checkpoint_every,
             "pools": [asdict(e) for pool in self.pools.values() for e in pool.values()],
             "pending": [asdict(e) for e in self.pending.values()],
         }
@@ -111,7 +104,7 @@ class HierarchyMap:
     @classmethod
     def from_state_dict(cls, state: Mapping[str, Any]) -> HierarchyMap:
         """Rebuild a map from state_dict()."""
-        out = cls(state["n_rows"], state["refresh_every"], state["checkpoint_every"])
+        out = cls(state["n_rows"], state["refresh_every"])
 
         def entry(raw: Mapping[str, Any]) -> Entry:
             blocks = tuple((str(a), str(b)) for a, b in raw["prefix_blocks"])

@@ -40,7 +40,8 @@ class CurriculumTaskSource:
         h, spec = config.humanlm, config.env.gyms[0]
         self.split, self.seed, self.thinking = spec.split, config.experiment.seed, h.thinking
         self.task = load_reply_task(spec.split, mode="sequential", data_files=h.data_files or None,
-                                    gyms=tuple(h.gyms), prompt_budget=h.prompt_budget)
+                                    gyms=tuple(h.gyms), prompt_budget=h.prompt_budget,
+                                    thinking=h.thinking)
         rows = len(self.task.kept)
         batch = config.training.batch_size
         if rows < batch:

@@ -55,7 +55,8 @@ class UserReplyEnv(MultiTurnEnv):
 
 def item_task(item: TaskItem, split: str) -> Task:
     """The Task of one (row, field) item: a [system, user] summary prompt, the full messages in data, and the
-    field's token limit as the task's own cap (Task.max_new_tokens: 48 for a latent field, 512 for response)."""
+    field's token limit as the task's own cap (Task.max_new_tokens: 48 for a latent field, 512 for response,
+    1024 for any field with thinking)."""
     last_user = next((m["content"] for m in reversed(item.messages) if m["role"] == "user"), "")
     return Task(gym=GYM_NAME, item_key=item.key,
                 prompt=[dict(item.messages[0]), {"role": "user", "content": last_user}],
@@ -75,7 +76,7 @@ def read_rows(path: str | Path) -> list[Row]:
 
 def load_reply_task(split: str, *, mode: str, data_files: Mapping[str, str] | None = None,
                     gyms: tuple[str, ...] | list[str] = SOURCE_GYMS, prompt_budget: int | None = None,
-                    warn: bool = True) -> UserReplyTask:
+                    thinking: bool = False, warn: bool = True) -> UserReplyTask:
     """The UserReplyTask of a split: rows from `data_files[split]` (HumanLM parquet or JSONL) when given, else
     our gyms' shipped rows; rows over `prompt_budget` are dropped and counted (a warning names how many)."""
     check_mode(mode)
@@ -86,7 +87,7 @@ def load_reply_task(split: str, *, mode: str, data_files: Mapping[str, str] | No
                          "e.g. humanlm.data_files.test=path/to/test.parquet")
     else:
         rows = load_rows(split, gyms)
-    task = UserReplyTask(rows, mode, prompt_budget)
+    task = UserReplyTask(rows, mode, prompt_budget, thinking)
     if task.skipped and warn:
         log.warning("humanlm %s: %d of %d rows skipped over humanlm.prompt_budget=%s tokens: %s", split,
                     sum(task.skipped.values()), len(rows), prompt_budget, dict(task.skipped))
@@ -96,20 +97,22 @@ def load_reply_task(split: str, *, mode: str, data_files: Mapping[str, str] | No
 def load_user_reply_tasks(split: str = "train", source: str = "builtin", data_root: str | Path | None = None, *,
                           mode: str = "separate_system_prompt", data_files: Mapping[str, str] | None = None,
                           gyms: tuple[str, ...] | list[str] = SOURCE_GYMS, prompt_budget: int | None = None,
-                          **filters: Any) -> list[Task]:
+                          thinking: bool = False, **filters: Any) -> list[Task]:
     """The items of a split in one mode (7x in separate_system_prompt, ordered as the spec's expansion; the
     response field with no prefix in response_only and sequential, whose curriculum builds its own items)."""
     if filters.get("difficulty") is not None:
         raise ValueError("env.gyms[humanlm].difficulty: the humanlm gym has no difficulty levels; remove it")
-    task = load_reply_task(split, mode=mode, data_files=data_files, gyms=gyms, prompt_budget=prompt_budget)
+    task = load_reply_task(split, mode=mode, data_files=data_files, gyms=gyms, prompt_budget=prompt_budget,
+                           thinking=thinking)
     return [item_task(task[index], split) for index in range(len(task))]
 
 
 def skipped_rows(split: str, *, mode: str, data_files: Mapping[str, str] | None = None,
-                 gyms: tuple[str, ...] | list[str] = SOURCE_GYMS, prompt_budget: int | None = None) -> dict[str, int]:
+                 gyms: tuple[str, ...] | list[str] = SOURCE_GYMS, prompt_budget: int | None = None,
+                 thinking: bool = False) -> dict[str, int]:
     """How many rows of a split the prompt budget drops, by reason (for reports)."""
     return dict(load_reply_task(split, mode=mode, data_files=data_files, gyms=gyms, prompt_budget=prompt_budget,
-                                warn=False).skipped)
+                                thinking=thinking, warn=False).skipped)
 
 
 register_gym(GYM_NAME, UserReplyEnv, load_user_reply_tasks, gymnasium_id="userrl/HumanLM-v0")

@@ -19,6 +19,9 @@ from userrl.humanlm.row import HUMAN, Row
 MODES: tuple[str, ...] = ("separate_system_prompt", "response_only", "sequential")
 #: Stop at the closing tag of any field (spec 5.2); the closing tag must stay in the text the parser sees.
 STOP_STRINGS: tuple[str, ...] = tuple(f.close_tag for f in FIELDS)
+#: A thinking model's token limit for any field (spec 5.2: "512 tokens (1024 with thinking)"): its reasoning
+#: comes first, so a latent field's own 48 would end every reply inside `<think>` and parse as nothing.
+THINKING_MAX_TOKENS = 1024
 
 PRINCIPLES = (
     "- Write as this person would: their knowledge, opinions, vocabulary and tone, not an assistant's.\n"
@@ -129,12 +132,15 @@ class UserReplyTask:
 
     A row whose longest field prompt exceeds prompt_budget tokens is filtered out, never truncated (verl's
     filter_overlong_prompts); `skipped` counts why ("persona_over_budget" when the persona alone, with no
-    context, already exceeds it; "prompt_over_budget" otherwise).
+    context, already exceeds it; "prompt_over_budget" otherwise). In sequential mode a field's prompt is
+    counted with the longest prefix the curriculum can give it: every earlier field's block at its token limit.
+    With `thinking`, every field's token limit is THINKING_MAX_TOKENS.
     """
 
     rows: Sequence[Row]
     mode: str = "separate_system_prompt"
     prompt_budget: int | None = None
+    thinking: bool = False
     count_tokens: Callable[[str], int] = approx_tokens
     kept: list[int] = field(init=False)
     skipped: Counter[str] = field(init=False)
@@ -161,7 +167,7 @@ class UserReplyTask:
     def _over_budget(self, row: Row) -> str | None:
         if self.prompt_budget is None:
             return None
-        longest = max(self._tokens(field_messages(row, name)) for name in self._fields())
+        longest = max(self._longest_prompt(row, name) for name in self._fields())
         if longest <= self.prompt_budget:
             return None
         persona_only = max(
@@ -171,6 +177,18 @@ class UserReplyTask:
 
     def _tokens(self, messages: Iterable[Mapping[str, str]]) -> int:
         return sum(self.count_tokens(m["content"]) for m in messages)
+
+    def _longest_prompt(self, row: Row, name: str) -> int:
+        if self.mode != "sequential":
+            return self._tokens(field_messages(row, name))
+        # The tags as written plus each earlier field's value at its limit (a value never exceeds its cap).
+        earlier = FIELD_NAMES[: FIELD_NAMES.index(name)]
+        tags_only = field_messages(row, name, [(before, "") for before in earlier])
+        return self._tokens(tags_only) + sum(self.max_tokens(before) for before in earlier)
+
+    def max_tokens(self, name: str) -> int:
+        """The token limit of a field's rollout: its own (48 or 512), or THINKING_MAX_TOKENS with thinking."""
+        return THINKING_MAX_TOKENS if self.thinking else get_field(name).max_tokens
 
     def __len__(self) -> int:
         return expanded_size(len(self.kept), self.mode)
@@ -196,7 +214,7 @@ class UserReplyTask:
             raise ValueError(f"prefix blocks are the sequential mode's; {self.mode} mode has none")
         blocks = tuple((str(a), str(b)) for a, b in prefix_blocks)
         messages = field_messages(row, name, blocks)
-        return TaskItem(row_index, row, name, messages, STOP_STRINGS, get_field(name).max_tokens, blocks)
+        return TaskItem(row_index, row, name, messages, STOP_STRINGS, self.max_tokens(name), blocks)
 
     def __getitem__(self, index: int) -> TaskItem:
         return self.item(index)
