@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,8 @@ from userrl.envs import Task, UngroundedTask, make_env, make_solver
 from userrl.envs.registry import get_gym
 from userrl.envs.solving import NativeToolsSolver
 from userrl.trajectory import ROLE_IDS, Trajectory, TurnRecord
+
+log = logging.getLogger(__name__)
 
 
 def trajectory_from_messages(messages: list[dict[str, str]], chat: ChatFormat, uid: str = "demo",
@@ -65,27 +68,45 @@ def trajectory_from_messages(messages: list[dict[str, str]], chat: ChatFormat, u
     return traj
 
 
+def within_length(demos: list[Trajectory], max_len: int, source: str) -> list[Trajectory]:
+    """The demonstrations a rollout could have played, at most max_len (policy.max_model_len) tokens; the
+    longer ones are dropped and counted in a warning (a rollout is cut there, so training on them teaches
+    what the policy never plays). None left is an error naming the limit."""
+    kept = [demo for demo in demos if len(demo.input_ids) <= max_len]
+    if demos and not kept:
+        raise ValueError(f"sft: every one of the {len(demos)} demonstrations from {source} is longer than "
+                         f"policy.max_model_len={max_len} tokens (the shortest has "
+                         f"{min(len(d.input_ids) for d in demos)}); raise policy.max_model_len")
+    if len(kept) < len(demos):
+        log.warning("sft: %d of %d demonstrations from %s are longer than policy.max_model_len=%d tokens and "
+                    "were dropped", len(demos) - len(kept), len(demos), source, max_len)
+    return kept
+
+
 def solver_demonstrations(tasks: list[Task], chat: ChatFormat, episodes: int, seed: int = 0,
-                          max_turns: int = 16, env_kwargs: dict[str, Any] | None = None) -> list[Trajectory]:
+                          max_turns: int = 16, env_kwargs: dict[str, Any] | None = None,
+                          max_len: int | None = None) -> list[Trajectory]:
     """Play `episodes` tasks (cycling) with each gym's scripted solver.
 
     Each demonstration is the episode a rollout of `chat`'s protocol would have played had the policy written
     the solver's moves: the same opening (under native_tools the gym's prompt and tool schemas), each move as
     the protocol's assistant text, executed as the rollout parses it, and the feedback filed as the rollout
     files it (native_tools: a tool call's result as a tool message, a message to the user followed by the
-    user's reply). Tasks the solver cannot ground (it raises UngroundedTask) and episodes that earn no reward
-    are skipped.
+    user's reply). Tasks the solver cannot ground (it raises UngroundedTask), episodes that earn no reward
+    and, with max_len (policy.max_model_len), demonstrations longer than a rollout may be are skipped.
     """
     rng = np.random.default_rng(seed)
     # A seeded shuffle, so a mixture's demonstrations come from every gym, not the first in the list.
     tasks = [tasks[int(i)] for i in rng.permutation(len(tasks))]
     demos: list[Trajectory] = []
     grounded = [True] * len(tasks)
-    n = 0
+    n = overlong = 0
     while len(demos) < episodes:
         if not any(grounded):
             raise ValueError(f"no task of {sorted({t.gym for t in tasks})} has a grounded, rewarded "
-                             "demonstration (UngroundedTask or no reward); choose other gyms or levels for sft")
+                             f"demonstration (UngroundedTask or no reward; {overlong} longer than "
+                             f"policy.max_model_len={max_len}); choose other gyms or levels for sft, or raise "
+                             "policy.max_model_len")
         index = n % len(tasks)
         n += 1
         if not grounded[index]:
@@ -100,8 +121,15 @@ def solver_demonstrations(tasks: list[Task], chat: ChatFormat, episodes: int, se
         if episode_return <= 0:
             grounded[index] = False  # a grounded plan that earned nothing would teach failing
             continue
-        demos.append(trajectory_from_messages(messages, chat, uid=f"demo-{len(demos)}", env_name=task.gym,
-                                              item_key=task.item_key, tools=tools))
+        demo = trajectory_from_messages(messages, chat, uid=f"demo-{len(demos)}", env_name=task.gym,
+                                        item_key=task.item_key, tools=tools)
+        if max_len is not None and len(demo.input_ids) > max_len:
+            grounded[index], overlong = False, overlong + 1  # a rollout is cut at max_len: never teach past it
+            continue
+        demos.append(demo)
+    if overlong:
+        log.warning("sft: %d tasks' solver demonstrations are longer than policy.max_model_len=%d tokens; they "
+                    "were skipped", overlong, max_len)
     return demos
 
 

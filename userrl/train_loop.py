@@ -33,7 +33,7 @@ from userrl.coordinator import PendingRollout, RolloutCoordinator, restore_task_
 from userrl.envs import Task
 from userrl.faults import FaultInjector
 from userrl.learner import CRITIC_DIR, Learner
-from userrl.sft import file_demonstrations, solver_demonstrations, user_reply_demonstrations
+from userrl.sft import file_demonstrations, solver_demonstrations, user_reply_demonstrations, within_length
 from userrl.trajectory import Trajectory
 
 
@@ -129,13 +129,15 @@ def sft_phase(config: UserRLConfig, learner: Learner, tasks: list[Task] | None, 
     sft = config.sft
     demos: list[Trajectory] | None = None
     if learner.rank == 0:
+        max_len = config.policy.max_model_len
         if sft.source == "file":
-            demos = file_demonstrations(sft.path, chat)
+            demos = within_length(file_demonstrations(sft.path, chat), max_len, f"sft.path={sft.path}")
         elif sft.source == "rows":
-            demos = user_reply_demonstrations(tasks, chat, sft.episodes, seed=config.experiment.seed)
+            demos = within_length(user_reply_demonstrations(tasks, chat, sft.episodes, seed=config.experiment.seed),
+                                  max_len, "the rows")
         else:
             demos = solver_demonstrations(tasks, chat, sft.episodes, seed=config.experiment.seed,
-                                          max_turns=config.env.max_turns)
+                                          max_turns=config.env.max_turns, max_len=max_len)
     demos = _share(demos)
     learner.make_optimizer(sft.lr)
     step = 0

@@ -138,6 +138,19 @@ def test_demonstrations_skip_tasks_the_solver_cannot_ground(tokenizer):
         solver_demonstrations(tasks[:5], chat, episodes=1)
 
 
+def test_demonstrations_longer_than_a_rollout_are_skipped(tokenizer, caplog):
+    chat = ChatFormat(tokenizer, "bracket")
+    tasks = load_tasks("function", difficulty=[0])[:8]
+    lengths = sorted(len(d.input_ids) for d in solver_demonstrations(tasks, chat, episodes=8))
+    assert lengths[0] < lengths[-1]
+    limit = lengths[len(lengths) // 2]
+    demos = solver_demonstrations(tasks, chat, episodes=8, max_len=limit)
+    assert len(demos) == 8 and max(len(d.input_ids) for d in demos) <= limit
+    assert "longer than policy.max_model_len" in caplog.text
+    with pytest.raises(ValueError, match=f"longer than policy.max_model_len={lengths[0] - 1}"):
+        solver_demonstrations(tasks, chat, episodes=1, max_len=lengths[0] - 1)
+
+
 def test_an_env_that_raises_gives_a_counted_aborted_episode(tokenizer):
     from userrl.envs.function import FunctionEnv
 
@@ -172,3 +185,21 @@ def test_file_demonstrations(tokenizer, tmp_path):
     path.write_text("not json\n")
     with pytest.raises(ValueError, match=r"demos.jsonl:1"):
         file_demonstrations(path, chat)
+
+
+def test_file_demonstrations_over_max_model_len_are_dropped_and_counted(tokenizer, tmp_path, caplog):
+    from userrl.sft import file_demonstrations, within_length
+
+    chat = ChatFormat(tokenizer, "bracket")
+    opening = [{"role": "system", "content": "Play."}, {"role": "user", "content": "Go."}]
+    short = opening + [{"role": "assistant", "content": "[answer] 3"}]
+    long = opening + [{"role": "assistant", "content": "[answer] " + "3 " * 300}]
+    path = tmp_path / "demos.jsonl"
+    path.write_text("".join(json.dumps({"messages": m}) + "\n" for m in (short, long)))
+    demos = file_demonstrations(path, chat)
+    limit = len(demos[0].input_ids)
+    assert len(demos[1].input_ids) > limit
+    assert within_length(demos, limit, "sft.path") == demos[:1]
+    assert "1 of 2 demonstrations from sft.path are longer than policy.max_model_len" in caplog.text
+    with pytest.raises(ValueError, match=f"policy.max_model_len={limit - 1} tokens \\(the shortest has {limit}\\)"):
+        within_length(demos, limit - 1, "sft.path")
