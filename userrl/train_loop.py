@@ -293,6 +293,10 @@ def _update_and_report(config: UserRLConfig, learner: Learner, coordinator: Roll
     version += 1
     sync_weights(learner, coordinator, version)
     result["time/weight_sync_s"] = time.perf_counter() - tick
+    if rank0:  # the sync's phases (gather, broadcast, load, object store: EnvRunnerGroup.last_sync)
+        group = coordinator.group
+        result.update({f"time/weight_sync/{phase}": seconds for phase, seconds in group.last_sync.items()})
+        result["weight_sync/group_replicas"] = float(sum(path == "group" for path in group.sync_paths.values()))
 
     done = iteration + 1
     every = config.checkpointing.every

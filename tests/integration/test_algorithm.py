@@ -41,6 +41,9 @@ def test_fit_checkpoint_and_exact_resume(ray_local, tiny_model, tmp_path):
                 "time/rollout_s", "time/advantages_s", "time/update_s", "time/weight_sync_s", "learner/loss"):
         assert key in first
     assert first["policy_version"] == 2 and results[-1]["policy_version"] == 4  # SFT sync = version 1
+    # The hf replica takes its weights through the object store; the phases are metrics.
+    assert first["weight_sync/group_replicas"] == 0.0
+    assert 0.0 < first["time/weight_sync/object_store_s"] <= first["time/weight_sync/total_s"]
     assert all(r["rollout/policy_lag_max"] == 0.0 for r in results)  # sync mode: always on-policy
     assert 0.0 <= first["time/rollout_wait_s"] <= first["time/rollout_s"]
     checkpoint = tmp_path / "a" / "it" / "checkpoints" / "iter_000002"

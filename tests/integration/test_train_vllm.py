@@ -62,6 +62,9 @@ def test_fit_on_a_vllm_replica(ray_local, tmp_path, monkeypatch):
     assert [r["policy_version"] for r in results] == [2, 3]
     assert all(r["rollout/policy_lag_max"] == 0.0 for r in results)
     for result in results:
+        # The weights went through the process group (vllm's default), and the metrics say so, by phase.
+        assert result["weight_sync/group_replicas"] == 1.0 and "time/weight_sync/object_store_s" not in result
+        assert 0.0 < result["time/weight_sync/broadcast_s"] <= result["time/weight_sync/total_s"]
         assert result["rollout/aborted"] == 0.0
         assert result["learner/trained_tokens"] > 0
         assert result["learner/sampler_logprob_gap"] < SYNCED_GAP, result["learner/sampler_logprob_gap"]
