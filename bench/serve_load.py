@@ -11,6 +11,7 @@ latency of the same requests not streamed.
 
     .venv/bin/python bench/serve_load.py --model tiny-random --clients 8 --duration 30
     .venv/bin/python bench/serve_load.py --model smollm2-135m --ttft
+    .venv/bin/python bench/serve_load.py --model smollm2-135m --ttft --engine vllm --max-model-len 1024
 """
 
 from __future__ import annotations
@@ -128,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ttft", action="store_true", help="measure streaming's time to first token instead")
     parser.add_argument("--ttft-requests", type=int, default=5, help="streamed requests with --ttft")
     parser.add_argument("--num-threads", type=int, help="torch threads of a replica (default: all cores)")
+    parser.add_argument("--engine", choices=("hf", "vllm"), default="hf", help="the replicas' engine")
+    parser.add_argument("--max-model-len", type=int, default=2048, help="the replicas' context")
     args = parser.parse_args(argv)
     if args.ttft_requests < 1 or args.clients < 1 or args.max_tokens < 1:
         parser.error("--ttft-requests, --clients and --max-tokens must be at least 1")
@@ -155,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
         ray.init(num_cpus=max(4, os.cpu_count() or 1), logging_config=ray.LoggingConfig(log_level="ERROR"))
         config = ServeConfig(model=args.model, model_name="bench", port=free_port(), num_replicas=args.replicas,
                              max_batch_size=args.max_batch_size, dtype=args.dtype, num_threads=args.num_threads,
-                             num_cpus_per_replica=1, play={"enabled": False})
+                             num_cpus_per_replica=1, play={"enabled": False}, engine=args.engine,
+                             max_model_len=args.max_model_len)
         try:
             url = start(config)
             # One request first so that engine warm-up is not counted.
@@ -164,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             serve.shutdown()
             ray.shutdown()
-        model = args.model
+        model = f"{args.model} ({args.engine})"
 
     if args.ttft:
         print_ttft(model, summary)

@@ -104,6 +104,17 @@ def test_greedy_generation_matches_hf_token_for_token(ray_local, replica, hf_eng
     assert stats["requests"] >= len(requests) and stats["generated_tokens"] > 0
 
 
+def test_streamed_tokens_leave_as_vllm_decodes_them(ray_local, replica, chat_ids):
+    request = _greedy(chat_ids)[0]
+    stream = replica.generate_stream.options(num_returns="streaming").remote(request)
+    chunks = [ray_local.get(ref, timeout=300) for ref in stream]
+    whole = ray_local.get(replica.generate.remote(request), timeout=300)
+    assert [token for chunk in chunks for token in chunk.token_ids] == whole.token_ids
+    assert chunks[-1].output.token_ids == whole.token_ids
+    assert max(abs(a - b) for a, b in zip(chunks[-1].output.logprobs, whole.logprobs, strict=True)) < LOGPROB_TOL
+    assert sum(bool(chunk.token_ids) for chunk in chunks) > 3  # per decoding step, not one chunk at the end
+
+
 def test_sampled_logprobs_are_the_sampling_distribution(ray_local, replica, hf_engine, chat_ids):
     """Seeded sampling at temperature 0.7 is reproducible, and each logprob is log softmax(logits / 0.7)."""
     prompt, stop, _ = chat_ids[0][1], chat_ids[1], None

@@ -6,7 +6,7 @@ import asyncio
 import os
 import time
 import warnings
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from functools import partial
 from typing import Any
 
@@ -60,7 +60,7 @@ class PolicyReplica:
     between batches). Runs as a Ray actor (`ray.remote(PolicyReplica)`) or in-process in tests.
 
     `generate_stream` (Serve's streamed chat completions) yields a request's tokens while its batch is
-    still decoding when the engine is `incremental` (hf); streamed and whole requests share batches.
+    still decoding when the engine is `incremental` (hf, vllm); streamed and whole requests share batches.
     A caller that goes away (cancelled) ends its row at the next decoding step.
     """
 
@@ -112,15 +112,20 @@ class PolicyReplica:
     async def generate_stream(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
         """Yield the request's tokens as they are sampled; the last chunk carries the whole output.
 
-        Engines that are not `incremental` (vllm here) give one chunk with everything when done.
+        Engines that are not `incremental` give one chunk with everything when done.
         """
         await self._ready().wait()
-        if self._streaming or not self.engine.incremental:
+        if not self.engine.incremental:
             output = await self.generate(request)
             yield GenerationChunk(list(output.token_ids), output)
             return
         tokens: asyncio.Queue = asyncio.Queue()
-        future = self._enqueue(request, tokens)
+        if self._streaming:  # the engine schedules it; its thread hands each token to this loop
+            loop = asyncio.get_running_loop()
+            future = asyncio.ensure_future(self._generate_streaming(
+                request, lambda token: loop.call_soon_threadsafe(tokens.put_nowait, token)))
+        else:
+            future = self._enqueue(request, tokens)
         getter: asyncio.Future | None = None
         sent = 0
         try:
@@ -201,7 +206,8 @@ class PolicyReplica:
             self._idle.set()
         return self._accepting, self._idle
 
-    async def _generate_streaming(self, request: GenerationRequest) -> GenerationOutput:
+    async def _generate_streaming(self, request: GenerationRequest,
+                                  on_token: Callable[[int], None] | None = None) -> GenerationOutput:
         """Hand the request to the engine's scheduler now; new requests wait only while weights change."""
         accepting, idle = self._events()
         await accepting.wait()
@@ -212,7 +218,7 @@ class PolicyReplica:
             idle.clear()
         self._inflight += 1
         try:
-            output = await asyncio.wrap_future(self.engine.submit(request))
+            output = await asyncio.wrap_future(self.engine.submit(request, on_token))
         finally:
             self._inflight -= 1
             if self._inflight == 0:

@@ -51,21 +51,23 @@ class Engine:
     """What a PolicyReplica needs from an engine; optional abilities are declared, with no-op defaults.
 
     `streaming`: the engine schedules requests itself (`submit` one at a time, continuous batching);
-    otherwise the replica batches requests and calls `generate`. `incremental`: `generate` reports each
-    token as it is sampled (`on_token`).
+    otherwise the replica batches requests and calls `generate`. `incremental`: the engine reports each
+    token as it is sampled (`generate`'s `on_token`, or `submit`'s for a streaming engine).
     """
 
     streaming: ClassVar[bool] = False
-    #: `generate` takes `on_token` and calls it for every token as it is sampled, so that the replica can
-    #: stream tokens out while the batch is still decoding; otherwise tokens leave with the whole output.
+    #: The engine calls `on_token` for every token as it is sampled, so that the replica can stream tokens
+    #: out while the request is still decoding; otherwise tokens leave with the whole output.
     incremental: ClassVar[bool] = False
 
     def generate(self, requests: list[GenerationRequest], on_token: OnToken | None = None) -> list[GenerationOutput]:
         """Generate for a batch of requests (`on_token`: incremental engines only)."""
         raise NotImplementedError
 
-    def submit(self, request: GenerationRequest) -> concurrent.futures.Future:
-        """Start one request now (streaming engines); its future resolves to a GenerationOutput."""
+    def submit(self, request: GenerationRequest,
+               on_token: Callable[[int], None] | None = None) -> concurrent.futures.Future:
+        """Start one request now (streaming engines); its future resolves to a GenerationOutput. `on_token`
+        (incremental engines) gets each sampled token id as it arrives, on the engine's own thread."""
         raise NotImplementedError(f"{type(self).__name__} is not a streaming engine")
 
     def load_state_dict(self, state_dict: dict) -> None:

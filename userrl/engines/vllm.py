@@ -34,7 +34,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -178,6 +178,7 @@ class VLLMEngine(Engine):
     """Generation with vLLM's AsyncLLM from token ids; sampler logprobs; in-place weight updates."""
 
     streaming = True
+    incremental = True  # `submit`'s on_token: each step's tokens as vLLM returns them
 
     def __init__(self, model_path: str, dtype: str = "float32", max_model_len: int = 2048, max_num_seqs: int = 32,
                  **options: Any):
@@ -280,36 +281,46 @@ class VLLMEngine(Engine):
     def _call(self, coroutine, timeout: float | None = None):
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)
 
-    def submit(self, request: GenerationRequest) -> concurrent.futures.Future:
-        """Start one request now (it joins vLLM's running batch); the future holds its output."""
-        return asyncio.run_coroutine_threadsafe(self._generate_one(request), self._loop)
+    def submit(self, request: GenerationRequest,
+               on_token: Callable[[int], None] | None = None) -> concurrent.futures.Future:
+        """Start one request now (it joins vLLM's running batch); the future holds its output. With
+        `on_token` each step's new tokens are handed over as vLLM returns them (Serve's streaming)."""
+        return asyncio.run_coroutine_threadsafe(self._generate_one(request, on_token), self._loop)
 
     def generate(self, requests: list[GenerationRequest]) -> list[GenerationOutput]:
         """Generate for a batch of requests (all submitted at once, continuously batched by vLLM)."""
         futures = [self.submit(request) for request in requests]
         return [future.result() for future in futures]
 
-    async def _generate_one(self, request: GenerationRequest) -> GenerationOutput:
+    async def _generate_one(self, request: GenerationRequest,
+                            on_token: Callable[[int], None] | None = None) -> GenerationOutput:
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
 
         if request.max_new_tokens <= 0:
             return GenerationOutput([], [], "length")
-        if self.sessions and request.cache_key is not None:
+        if self.sessions and request.cache_key is not None and on_token is None:
             return await self._session_turn(request)
-        params = self._sampling_params(request, RequestOutputKind.FINAL_ONLY)
+        # Streamed: each output holds the step's new tokens (DELTA); else one output at the end.
+        params = self._sampling_params(request, RequestOutputKind.FINAL_ONLY if on_token is None
+                                       else RequestOutputKind.DELTA)
         timing = {"put": time.monotonic()}
+        token_ids: list[int] = []
+        logprobs: list[float] = []
         final = None
         async for output in self._engine.generate(TokensPrompt(prompt_token_ids=list(request.prompt_ids)),
                                                   params, request_id=uuid.uuid4().hex):
-            final = output
+            final, completion = output, output.outputs[0]
+            new = list(completion.token_ids)
+            token_ids += new
+            logprobs += self._logprobs(completion, new)
+            if on_token is not None:
+                for token in new:
+                    on_token(token)
         timing["done"] = time.monotonic()
-        completion = final.outputs[0]
         self._count(len(request.prompt_ids), final.num_cached_tokens)
-        token_ids = list(completion.token_ids)
         self.stats["decoded_tokens"] += len(token_ids)
-        return GenerationOutput(token_ids, self._logprobs(completion, token_ids), _finish(completion),
-                                timing=timing)
+        return GenerationOutput(token_ids, logprobs, _finish(final.outputs[0]), timing=timing)
 
     @staticmethod
     def _sampling_params(request: GenerationRequest, output_kind):
