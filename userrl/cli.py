@@ -259,6 +259,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except KeyboardInterrupt:  # Ctrl+C: the commands' own `finally` blocks have stopped their actors
+        console.print("[yellow]interrupted[/]: what was written stays (train and train-user resume from their "
+                      "last checkpoint with --resume; evaluate reuses its finished shards)")
+        return 130
     except (ConfigError, FileNotFoundError, ValueError, ConnectionError) as error:
         if os.environ.get("USERRL_LOG", "").upper() == "DEBUG":
             traceback.print_exc()

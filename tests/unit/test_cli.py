@@ -5,6 +5,7 @@ import sys
 
 import pytest
 
+from userrl import cli
 from userrl.cli import main
 
 
@@ -64,3 +65,12 @@ def test_userrl_sft_writes_its_checkpoint_even_when_the_config_says_every_0() ->
     assert config.checkpointing.every == 1
     assert config.sft.enabled and config.training.iterations == 0 and config.sft.episodes == 8
     assert sft_config("experiments/quickstart.yaml", ["checkpointing.every=3"]).checkpointing.every == 3
+
+
+def test_ctrl_c_ends_a_command_with_a_message_and_status_130(monkeypatch, capsys):
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_evaluate_user", interrupted)
+    assert cli.main(["evaluate-user"]) == 130
+    assert "interrupted" in capsys.readouterr().out
