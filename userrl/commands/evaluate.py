@@ -508,13 +508,8 @@ def _flag_overrides(args: Any) -> list[str]:
 def cli_evaluate(args: Any, console: Console) -> int:
     """`userrl evaluate`: flags override the config's evaluation section; prints the metrics table."""
     config = evaluation_config(args.config, [*args.overrides, *_flag_overrides(args)], args.gyms)
-    try:
-        result = run_evaluation(config, checkpoint=args.checkpoint, policy=args.policy, gyms=args.gyms,
-                                out=args.out, console=console)
-    except KeyboardInterrupt:
-        console.print("[yellow]interrupted[/]: finished episodes are saved in shards; run the same command "
-                      "again to resume")
-        return 130
+    result = run_evaluation(config, checkpoint=args.checkpoint, policy=args.policy, gyms=args.gyms,
+                            out=args.out, console=console)  # Ctrl+C: userrl/cli.py says what was kept
     print_summary(result, console)
     return EXIT_ABORTED if report_aborted(result, console) else 0
 

@@ -31,12 +31,18 @@ TRAIN_USER_DEFAULTS: dict[str, Any] = {
 }
 
 
-def merge_defaults(data: dict[str, Any], defaults: dict[str, Any] = TRAIN_USER_DEFAULTS) -> dict[str, Any]:
-    """data over defaults, section by section (a key data sets wins, lists included); with humanlm.thinking,
-    responses default to THINKING_MAX_TOKENS (1024) rather than 512."""
-    out = copy.deepcopy(defaults)
-    if isinstance(data.get("humanlm"), dict) and data["humanlm"].get("thinking") and "policy" in out:
-        out["policy"]["max_new_tokens"] = THINKING_MAX_TOKENS
+def train_user_defaults(data: dict[str, Any]) -> dict[str, Any]:
+    """TRAIN_USER_DEFAULTS for this config: with humanlm.thinking, responses of up to THINKING_MAX_TOKENS."""
+    defaults = copy.deepcopy(TRAIN_USER_DEFAULTS)
+    if isinstance(data.get("humanlm"), dict) and data["humanlm"].get("thinking"):
+        defaults["policy"]["max_new_tokens"] = THINKING_MAX_TOKENS
+    return defaults
+
+
+def merge_defaults(data: dict[str, Any], defaults: dict[str, Any] | None = None) -> dict[str, Any]:
+    """data over defaults (train_user_defaults(data) when None), section by section (a key data sets wins,
+    lists included)."""
+    out = copy.deepcopy(defaults) if defaults is not None else train_user_defaults(data)
     for key, value in data.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = merge_defaults(value, out[key])
