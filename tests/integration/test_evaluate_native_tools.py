@@ -95,7 +95,8 @@ def check_episodes(server: NativeSolverServer, returns: list[float], transcripts
     assert returns == [solver_return(task) for task in TASKS]
     assert 1.0 in returns  # the solver wins some of these tasks: the comparison above can fail
     tool_names = [tool.schema()["function"]["name"] for tool in domain_tools("retail").values()]
-    first = server.requests[0]
+    # Episodes run concurrently, so requests arrive interleaved: TASKS[0]'s first request is its opening.
+    first = next(r for r in server.requests if server.by_seed[r["seed"]] is TASKS[0])
     system = first["messages"][0]["content"]
     if tools == "request":  # the schemas travel as OpenAI tools, nothing is written into the policy text
         assert [t["function"]["name"] for t in first["tools"]] == tool_names
