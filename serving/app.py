@@ -2,7 +2,7 @@
 
 Two deployments:
 - `model`: `PolicyReplica` (the same class the trainer uses), one engine per replica, batching the
-  requests that arrive together; replicas or autoscaling come from the serving config.
+  requests continuously; replicas or autoscaling come from the serving config.
 - `gateway`: the HTTP ingress. Parses and validates requests, checks the API key, renders prompts with
   the tokenizer, calls `model`, parses tool calls, streams SSE, and hosts the /play page and its
   episodes (one replica, since episodes live in its memory).

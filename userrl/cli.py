@@ -6,6 +6,7 @@ import argparse
 import logging
 import math
 import os
+import signal
 import sys
 import traceback
 from typing import Any
@@ -252,17 +253,30 @@ def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
                         "<output_dir>/<name>/eval/<checkpoint or model>)")
 
 
+_WHAT_STAYS = ("what was written stays (train and train-user resume from their last checkpoint with --resume; "
+               "evaluate reuses its finished shards)")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `userrl` command."""
     # force: a library imported first (Ray in a job's driver) may have configured the root logger already.
     logging.basicConfig(level=os.environ.get("USERRL_LOG", "WARNING"), force=True)
+    # Ray's C++ crash handler in the driver takes SIGTERM (`kill`, `ray job stop`) for a crash: it dumps a
+    # stack and aborts (status 134) before Python's handler, which raises SystemExit, can run the commands'
+    # `finally` blocks. Read when Ray is imported, so set before any command imports it.
+    os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except KeyboardInterrupt:  # Ctrl+C: the commands' own `finally` blocks have stopped their actors
-        console.print("[yellow]interrupted[/]: what was written stays (train and train-user resume from their "
-                      "last checkpoint with --resume; evaluate reuses its finished shards)")
+        console.print(f"[yellow]interrupted[/]: {_WHAT_STAYS}")
         return 130
+    except SystemExit as stop:
+        if stop.code != signal.SIGTERM:
+            raise
+        # Ray's driver turns SIGTERM into sys.exit(15); the `finally` blocks have run by now.
+        console.print(f"[yellow]stopped[/] (SIGTERM): {_WHAT_STAYS}")
+        return 128 + signal.SIGTERM
     except (ConfigError, FileNotFoundError, ValueError, ConnectionError) as error:
         if os.environ.get("USERRL_LOG", "").upper() == "DEBUG":
             traceback.print_exc()

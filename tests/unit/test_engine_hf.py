@@ -1,4 +1,5 @@
 import asyncio
+import threading
 
 import torch
 
@@ -55,26 +56,32 @@ def test_replica_batches_concurrent_requests_and_versions_weights(tiny_model):
         return outs, after
 
     outs, after = asyncio.run(main())
-    assert len(outs) == 12 and replica.get_stats()["batches"] < 12  # requests were decoded together
+    stats = replica.get_stats()
+    # Decoded together: alone, each request's 3 tokens would take 3 forward passes (36 in all).
+    assert len(outs) == 12 and stats["requests"] == 13 and stats["steps"] < 36 - 12
     assert after.policy_version == 7 and replica.get_version() == 7
     assert float(replica.engine.model.get_input_embeddings().weight.abs().sum()) == 0.0
 
 
 
 def test_replica_skips_requests_whose_caller_gave_up(tiny_model):
-    """A request cancelled while it waits for a batch (a rollout stopped early) is never decoded."""
+    """A request cancelled right after it was sent (a rollout stopped early) is dropped, not decoded to its end."""
     replica = PolicyReplica(tiny_model, num_threads=1)
 
     async def main():
-        tasks = [asyncio.ensure_future(replica.generate(GenerationRequest(p, 3, seed=1))) for p in PROMPTS]
-        await asyncio.sleep(0)  # all three are queued; the batch is taken after batch_wait_s
+        tasks = [asyncio.ensure_future(replica.generate(GenerationRequest(p, n, seed=1)))
+                 for p, n in zip(PROMPTS, (3, 500, 3), strict=True)]
+        await asyncio.sleep(0)  # all three are submitted
         tasks[1].cancel()
         return await asyncio.gather(*tasks, return_exceptions=True)
 
     outs = asyncio.run(main())
     assert isinstance(outs[1], asyncio.CancelledError)
     assert len(outs[0].token_ids) == len(outs[2].token_ids) == 3
-    assert replica.get_stats()["requests"] == 2 and replica.get_stats()["generated_tokens"] == 6
+    stats = replica.get_stats()
+    assert stats["requests"] == 2 and stats["generated_tokens"] == 6
+    assert stats["decoded_tokens"] < 6 + 500  # the cancelled row left at its next step at the latest
+
 
 def test_prefix_cache_gives_the_same_tokens_as_a_full_prefill(tiny_model):
     """The next turn of an episode reuses the KV of the previous one and samples exactly the same."""
@@ -103,3 +110,47 @@ def test_ended_episode_drops_its_cached_prefix(tiny_model):
     engine.end_session("ep1")
     engine.end_session("never-seen")
     assert set(engine._prefix) == {"ep0", "ep2"}
+
+
+def _alone(tiny_model, request: GenerationRequest) -> list[int]:
+    return HFEngine(tiny_model).generate([request])[0].token_ids
+
+
+def test_a_request_joins_a_running_batch_and_leaves_before_it_ends(tiny_model):
+    """Continuous batching: a short request sent while a long one decodes is prefilled, decodes beside it
+    and returns while the long one is still running; both sample exactly what they sample alone."""
+    engine = HFEngine(tiny_model)
+    long = GenerationRequest(PROMPTS[2], 200, temperature=1.0, seed=3)
+    short = GenerationRequest(PROMPTS[0], 6, temperature=0.9, seed=8)
+    started = threading.Event()
+    long_future = engine.submit(long, on_token=lambda token: started.set())
+    assert started.wait(30)
+    short_output = engine.submit(short).result(timeout=60)
+    assert not long_future.done()  # the short reply did not wait for the long one
+    assert short_output.token_ids == _alone(tiny_model, short)
+    assert long_future.result(timeout=120).token_ids == _alone(tiny_model, long)
+    assert engine.counters()["steps"] < 200 + 6  # they shared decoding steps
+
+
+def test_joining_rows_of_every_width_sample_as_alone(tiny_model):
+    """Rows joining mid-batch with longer and shorter prompts, and one reusing its episode's kept KV, are
+    left-padded into the running cache: each still samples the tokens and logprobs it samples alone."""
+    engine = HFEngine(tiny_model, max_batch_size=3)  # the fourth request waits for a free row
+    first_turn = engine.generate([GenerationRequest(PROMPTS[1], 4, seed=1, cache_key="ep")])[0]
+    requests = [GenerationRequest(PROMPTS[0], 300, seed=2),
+                GenerationRequest(PROMPTS[2] * 3, 10, seed=4),
+                GenerationRequest(PROMPTS[1] + first_turn.token_ids + [7, 8], 12, seed=5, cache_key="ep"),
+                GenerationRequest([1, 5], 8, temperature=0, seed=6)]
+    gate = threading.Event()
+    futures = [engine.submit(requests[0], on_token=lambda token: gate.set())]
+    assert gate.wait(30)
+    futures += [engine.submit(r) for r in requests[1:]]
+    outputs = [f.result(timeout=120) for f in futures[1:]]
+    assert not futures[0].done()  # they joined, and left, while the first row decoded
+    outputs.insert(0, futures[0].result(timeout=120))
+    assert engine.counters()["cached_prompt_tokens"] == len(PROMPTS[1]) + 3  # the episode's kept KV was used
+    for request, output in zip(requests, outputs, strict=True):
+        reference = HFEngine(tiny_model).generate([GenerationRequest(request.prompt_ids, request.max_new_tokens,
+                                                                     request.temperature, seed=request.seed)])[0]
+        assert output.token_ids == reference.token_ids
+        assert torch.allclose(torch.tensor(output.logprobs), torch.tensor(reference.logprobs), atol=1e-4)

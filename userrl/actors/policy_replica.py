@@ -1,4 +1,4 @@
-"""PolicyReplica: one inference engine behind an async request queue that batches concurrent requests."""
+"""PolicyReplica: one inference engine that serves many concurrent callers, continuously batched."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from functools import partial
 from typing import Any
 
-from userrl.engines.base import GenerationChunk, GenerationOutput, GenerationRequest, OnToken
+from userrl.engines.base import GenerationChunk, GenerationOutput, GenerationRequest
 
 #: The version a replica restarted by Ray reports until the current weights are loaded into it.
 AWAITING_WEIGHTS = -1
@@ -36,7 +36,7 @@ def build_engine(engine: str, model_path: str, dtype: str, pad_token_id: int, ma
     if engine == "hf":
         from userrl.engines.hf import HFEngine
 
-        return HFEngine(model_path, dtype=dtype, pad_token_id=pad_token_id)
+        return HFEngine(model_path, dtype=dtype, pad_token_id=pad_token_id, max_batch_size=max_batch_size)
     if engine == "vllm":
         try:
             import vllm  # noqa: F401
@@ -52,42 +52,36 @@ def build_engine(engine: str, model_path: str, dtype: str, pad_token_id: int, ma
 
 
 class PolicyReplica:
-    """Serves `generate` for many concurrent callers by decoding their requests together.
+    """Serves `generate` for many concurrent callers; the engine batches their requests continuously.
 
-    Requests that arrive while a batch is decoding wait and form the next batch, so the engine stays
-    busy as long as episodes keep submitting turns. An engine with its own scheduler (vllm: `submit`)
-    gets every request at once instead: it joins the running batch (continuous batching, no barrier
-    between batches). Runs as a Ray actor (`ray.remote(PolicyReplica)`) or in-process in tests.
+    Every request goes to the engine's scheduler at once (`submit`) and joins its running batch (hf: this
+    package's decode loop; vllm: vLLM's scheduler), so there is no barrier between batches: a short reply
+    returns while longer ones still decode. Runs as a Ray actor (`ray.remote(PolicyReplica)`) or
+    in-process in tests.
 
-    `generate_stream` (Serve's streamed chat completions) yields a request's tokens while its batch is
-    still decoding when the engine is `incremental` (hf, vllm); streamed and whole requests share batches.
-    A caller that goes away (cancelled) ends its row at the next decoding step.
+    `generate_stream` (Serve's streamed chat completions) yields a request's tokens while it decodes when
+    the engine is `incremental` (hf, vllm); streamed and whole requests share the batch. A caller that goes
+    away (cancelled) ends its row at the next decoding step.
     """
 
     def __init__(self, model_path: str, engine: str = "hf", dtype: str = "float32", max_batch_size: int = 32,
-                 num_threads: int | None = None, pad_token_id: int = 0, batch_wait_s: float = 0.005,
-                 max_model_len: int = 2048, engine_options: dict | None = None,
-                 wait_for_weights_after_restart: bool = False):
+                 num_threads: int | None = None, pad_token_id: int = 0, max_model_len: int = 2048,
+                 engine_options: dict | None = None, wait_for_weights_after_restart: bool = False):
         import torch
 
         torch.set_num_threads(num_threads or os.cpu_count() or 1)
         self.engine = build_engine(engine, model_path, dtype, pad_token_id, max_batch_size, max_model_len,
                                    engine_options)
-        self._streaming = self.engine.streaming
         self._inflight = 0
         self._busy_since = 0.0
         self._accepting: asyncio.Event | None = None
         self._idle: asyncio.Event | None = None
         self.max_batch_size = max_batch_size
-        self.batch_wait_s = batch_wait_s
         # Ray re-runs __init__ when it restarts a dead replica: the model folder it loads again holds the
         # weights of the run's start, so a training replica serves nothing until it is given the current ones.
         self.version = AWAITING_WEIGHTS if wait_for_weights_after_restart and restarted_by_ray() else 0
         self._weights_ready: asyncio.Event | None = None
-        self.stats = {"requests": 0, "batches": 0, "generated_tokens": 0, "busy_s": 0.0}
-        #: Waiting requests: (request, future of its output, queue its tokens go to as sampled or None).
-        self._pending: list[tuple[GenerationRequest, asyncio.Future, asyncio.Queue | None]] = []
-        self._worker: asyncio.Task | None = None
+        self.stats = {"requests": 0, "generated_tokens": 0, "busy_s": 0.0}
         self._engine_lock: asyncio.Lock | None = None
 
     def _ready(self) -> asyncio.Event:
@@ -98,13 +92,10 @@ class PolicyReplica:
         return self._weights_ready
 
     async def generate(self, request: GenerationRequest) -> GenerationOutput:
-        """Queue one request and wait for its output (after a restart: once the current weights are in)."""
+        """Submit one request and wait for its output (after a restart: once the current weights are in)."""
         arrived = time.monotonic()
         await self._ready().wait()
-        if self._streaming:
-            output = await self._generate_streaming(request)
-        else:
-            output = await self._enqueue(request, None)
+        output = await self._generate(request)
         # Stamps for the env runner's breakdown of a turn: what is not the engine's is this actor's and Ray's.
         output.timing = {**(output.timing or {}), "replica_in": arrived, "replica_out": time.monotonic()}
         return output
@@ -120,12 +111,9 @@ class PolicyReplica:
             yield GenerationChunk(list(output.token_ids), output)
             return
         tokens: asyncio.Queue = asyncio.Queue()
-        if self._streaming:  # the engine schedules it; its thread hands each token to this loop
-            loop = asyncio.get_running_loop()
-            future = asyncio.ensure_future(self._generate_streaming(
-                request, lambda token: loop.call_soon_threadsafe(tokens.put_nowait, token)))
-        else:
-            future = self._enqueue(request, tokens)
+        loop = asyncio.get_running_loop()  # the engine's thread hands each token to this loop
+        future = asyncio.ensure_future(self._generate(
+            request, lambda token: loop.call_soon_threadsafe(tokens.put_nowait, token)))
         getter: asyncio.Future | None = None
         sent = 0
         try:
@@ -147,58 +135,6 @@ class PolicyReplica:
                 getter.cancel()
             future.cancel()  # when the caller went away: its row stops at the next decoding step
 
-    def _enqueue(self, request: GenerationRequest, tokens: asyncio.Queue | None) -> asyncio.Future:
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        self._pending.append((request, future, tokens))
-        if self._worker is None or self._worker.done():
-            self._worker = loop.create_task(self._drain())
-        return future
-
-    async def _drain(self) -> None:
-        loop = asyncio.get_running_loop()
-        while self._pending:
-            await asyncio.sleep(self.batch_wait_s)  # let near-simultaneous requests join the batch
-            # A caller cancelled while waiting (a rollout stopped early) needs no tokens.
-            self._pending = [entry for entry in self._pending if not entry[1].done()]
-            batch, self._pending = self._pending[: self.max_batch_size], self._pending[self.max_batch_size:]
-            if not batch:
-                continue
-            generate: Any = self.engine.generate
-            if self.engine.incremental:
-                generate = partial(generate, on_token=self._token_sink(loop, batch))
-            async with self._lock():
-                start = loop.time()
-                try:
-                    outputs = await loop.run_in_executor(None, generate, [entry[0] for entry in batch])
-                except Exception as error:  # noqa: BLE001 - hand the failure to every waiting caller
-                    for _, future, _ in batch:
-                        if not future.done():
-                            future.set_exception(error)
-                    continue
-                self.stats["busy_s"] += loop.time() - start
-            self.stats["batches"] += 1
-            self.stats["requests"] += len(batch)
-            for (_, future, _), output in zip(batch, outputs, strict=True):
-                output.policy_version = self.version
-                self.stats["generated_tokens"] += len(output.token_ids)
-                if not future.done():
-                    future.set_result(output)
-
-    @staticmethod
-    def _token_sink(loop: asyncio.AbstractEventLoop, batch: list) -> OnToken:
-        """The engine's `on_token` for a batch: runs on the decoding thread, so it only reads future
-        state and hands tokens to the event loop; a row whose caller has gone is stopped."""
-        def on_token(row: int, token: int) -> bool:
-            _, future, tokens = batch[row]
-            if future.done():
-                return False
-            if tokens is not None:
-                loop.call_soon_threadsafe(tokens.put_nowait, token)
-            return True
-
-        return on_token
-
     def _events(self) -> tuple[asyncio.Event, asyncio.Event]:
         if self._accepting is None or self._idle is None:
             self._accepting, self._idle = asyncio.Event(), asyncio.Event()
@@ -206,8 +142,8 @@ class PolicyReplica:
             self._idle.set()
         return self._accepting, self._idle
 
-    async def _generate_streaming(self, request: GenerationRequest,
-                                  on_token: Callable[[int], None] | None = None) -> GenerationOutput:
+    async def _generate(self, request: GenerationRequest,
+                        on_token: Callable[[int], None] | None = None) -> GenerationOutput:
         """Hand the request to the engine's scheduler now; new requests wait only while weights change."""
         accepting, idle = self._events()
         await accepting.wait()
@@ -235,9 +171,9 @@ class PolicyReplica:
         return self._engine_lock
 
     async def _swap_weights(self, load: Any, version: int) -> Any:
-        """Run `load` (blocking, on a thread) between batches, then take the new policy version."""
+        """Run `load` (blocking, on a thread) once no request is in flight, then take the new policy version."""
         accepting, idle = self._events()
-        accepting.clear()  # streaming engines: requests already running finish on the old weights
+        accepting.clear()  # requests already running finish on the old weights
         try:
             await idle.wait()
             async with self._lock():
@@ -291,7 +227,7 @@ class PolicyReplica:
         self.engine.end_session(key)
 
     async def reset_prefix_cache(self) -> bool:
-        """Drop the engine's prefix cache between batches (benchmarks start each run from the same state)."""
+        """Drop the engine's prefix cache (benchmarks start each run from the same state)."""
         async with self._lock():
             return await asyncio.get_running_loop().run_in_executor(None, self.engine.reset_prefix_cache)
 
@@ -314,7 +250,7 @@ class PolicyReplica:
         return os.getpid()
 
     def get_stats(self) -> dict:
-        """Counters since start: requests, batches, generated tokens, busy seconds (+ the engine's own)."""
+        """Counters since start: requests, generated tokens, busy seconds (+ the engine's own)."""
         return {**self.stats, **self.engine.counters()}
 
 

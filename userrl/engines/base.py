@@ -50,25 +50,25 @@ class GenerationChunk:
 class Engine:
     """What a PolicyReplica needs from an engine; optional abilities are declared, with no-op defaults.
 
-    `streaming`: the engine schedules requests itself (`submit` one at a time, continuous batching);
-    otherwise the replica batches requests and calls `generate`. `incremental`: the engine reports each
-    token as it is sampled (`generate`'s `on_token`, or `submit`'s for a streaming engine).
+    Every engine schedules its requests itself (`submit` one at a time; continuous batching: a request
+    joins the running batch). `incremental`: the engine reports each token as it is sampled (`submit`'s
+    `on_token`); otherwise tokens leave with the whole output.
     """
 
-    streaming: ClassVar[bool] = False
     #: The engine calls `on_token` for every token as it is sampled, so that the replica can stream tokens
     #: out while the request is still decoding; otherwise tokens leave with the whole output.
     incremental: ClassVar[bool] = False
 
-    def generate(self, requests: list[GenerationRequest], on_token: OnToken | None = None) -> list[GenerationOutput]:
-        """Generate for a batch of requests (`on_token`: incremental engines only)."""
+    def submit(self, request: GenerationRequest,
+               on_token: Callable[[int], bool | None] | None = None) -> concurrent.futures.Future:
+        """Start one request now; its future resolves to a GenerationOutput. `on_token` (incremental
+        engines) gets each sampled token id as it arrives, on the engine's own thread."""
         raise NotImplementedError
 
-    def submit(self, request: GenerationRequest,
-               on_token: Callable[[int], None] | None = None) -> concurrent.futures.Future:
-        """Start one request now (streaming engines); its future resolves to a GenerationOutput. `on_token`
-        (incremental engines) gets each sampled token id as it arrives, on the engine's own thread."""
-        raise NotImplementedError(f"{type(self).__name__} is not a streaming engine")
+    def generate(self, requests: list[GenerationRequest]) -> list[GenerationOutput]:
+        """Generate for a batch of requests: all submitted at once, then waited for."""
+        futures = [self.submit(request) for request in requests]
+        return [future.result() for future in futures]
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Replace the weights in place."""

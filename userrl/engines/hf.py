@@ -1,21 +1,26 @@
-"""transformers engine: batched sampling from token ids with a KV cache, on any device.
+"""transformers engine: continuous batching of token-id requests over one KV cache, on any device.
 
 A hand-written decode loop rather than `generate`, for three reasons: every request samples from its
 own seeded generator (rollouts are reproducible whatever the batch composition), the logprob of each
 sampled token under the sampling distribution comes out directly, and each step's tokens can be handed
-out as they are sampled (`on_token`), which is how Serve streams.
+out as they are sampled (`on_token`), which is how Serve streams. transformers' own continuous batching
+(`init_continuous_batching`) has one seed for all requests, so it cannot give the first.
 
-Streaming is a callback of the same batched loop, not transformers' `TextIteratorStreamer` on a thread
-per request: the streamer serves one `generate` call of one sequence, so concurrent streamed requests
-would each decode alone (or one batch would need one streamer per row, which it does not support),
-while here streamed and non-streamed requests that arrive together still decode as one batch, sampled
-exactly as without streaming. The cost: a request that arrives while a batch decodes waits for that
-batch to finish before its first token (no continuous batching in this engine; the vllm engine has it).
+Requests are scheduled continuously, as vLLM does: a scheduler thread runs one decoding step at a time
+for every running row; a request submitted meanwhile is prefilled before the next step and joins the
+batch (its KV cache, left-padded to the batch's width, is stacked onto the running one); a row that
+ends (stop token, token limit, caller gone) leaves at once and its future resolves, so a short reply
+never waits for a long one, and an episode's next turn can start while other rows still decode.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import concurrent.futures
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 from transformers import AutoModelForCausalLM, DynamicCache
@@ -23,6 +28,7 @@ from transformers import AutoModelForCausalLM, DynamicCache
 from userrl.engines.base import Engine, GenerationOutput, GenerationRequest, OnToken
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values of one row, (heads, tokens, head_dim)
 
 
 def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -33,38 +39,274 @@ def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
 
 
+def _pad_left(tensor: torch.Tensor, width: int, dim: int) -> torch.Tensor:
+    """`tensor` with zeros prepended along `dim` up to `width`."""
+    missing = width - tensor.shape[dim]
+    if missing == 0:
+        return tensor
+    shape = list(tensor.shape)
+    shape[dim] = missing
+    return torch.cat([tensor.new_zeros(shape), tensor], dim)
+
+
+@dataclass
+class _Row:
+    """One request in the running batch."""
+
+    request: GenerationRequest
+    future: concurrent.futures.Future
+    on_token: Callable[[int], bool | None] | None
+    generator: torch.Generator
+    output: GenerationOutput = field(default_factory=lambda: GenerationOutput([], [], "length"))
+    position: int = 0  # position id of the next token fed
+    done: bool = False
+
+
 class HFEngine(Engine):
-    """Batched generation with a transformers causal LM, reporting each token as it is sampled."""
+    """Continuously batched generation with a transformers causal LM, reporting each token as sampled."""
 
     incremental = True
 
     def __init__(self, model_path: str, dtype: str = "float32", device: str = "cpu", pad_token_id: int = 0,
-                 prefix_cache_size: int = 256):
+                 max_batch_size: int = 32, prefix_cache_size: int = 256):
         self.device = torch.device(device)
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=_DTYPES[dtype]).to(self.device)
         self.model.eval()
         self.pad_token_id = pad_token_id
+        self.max_batch_size = max_batch_size
         self.prefix_cache_size = prefix_cache_size
-        self._prefix: OrderedDict[str, tuple[list[int], list[tuple[torch.Tensor, torch.Tensor]]]] = OrderedDict()
+        self._prefix: OrderedDict[str, tuple[list[int], KV]] = OrderedDict()
+        self.stats = {"steps": 0, "step_rows": 0, "prompt_tokens": 0, "cached_prompt_tokens": 0,
+                      "decoded_tokens": 0}
+        self._waiting: deque[_Row] = deque()
+        self._wake = threading.Condition()
+        self._step_lock = threading.Lock()  # a step or a weight load, never both at once
+        self._rows: list[_Row] = []  # the running batch, in the cache's row order
+        self._cache: DynamicCache | None = None
+        self._mask: torch.Tensor | None = None  # (rows, cache width): 1 where a row has a real token
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    # ------------------------------------------------------------------ the Engine interface
+
+    def submit(self, request: GenerationRequest,
+               on_token: Callable[[int], bool | None] | None = None) -> concurrent.futures.Future:
+        """Queue one request; it joins the running batch before the next step. `on_token` gets each token
+        on the scheduler thread as it is sampled; returning False ends the row there (its caller has gone)."""
+        return self._submit([(request, on_token)])[0]
+
+    def generate(self, requests: list[GenerationRequest], on_token: OnToken | None = None) -> list[GenerationOutput]:
+        """Generate for a batch of requests, admitted together; `on_token(row, token_id)` as in `submit`."""
+        sinks = [None if on_token is None else (lambda token, row=row: on_token(row, token))
+                 for row in range(len(requests))]
+        futures = self._submit(list(zip(requests, sinks, strict=True)))
+        return [future.result() for future in futures]
 
     def load_state_dict(self, state_dict: dict[str, torch.Tensor]) -> None:
-        """Copy new weights into the model in place (cached KV of the old weights is dropped)."""
-        self._prefix.clear()
-        if getattr(self.model.config, "tie_word_embeddings", False):
-            # The head shares the embedding: loading a separate copy of it would untie the two.
-            state_dict = {k: v for k, v in state_dict.items() if k != "lm_head.weight"}
-        missing, unexpected = self.model.load_state_dict(state_dict, strict=False)
-        missing = [k for k in missing if k != "lm_head.weight"]  # tied to the embedding
-        if missing or unexpected:
-            raise ValueError(f"weights do not fit the model: missing={missing[:5]} unexpected={unexpected[:5]}")
-        self.model.tie_weights()
+        """Copy new weights into the model in place, between steps (cached KV of the old weights is dropped)."""
+        with self._step_lock:
+            self._prefix.clear()
+            if getattr(self.model.config, "tie_word_embeddings", False):
+                # The head shares the embedding: loading a separate copy of it would untie the two.
+                state_dict = {k: v for k, v in state_dict.items() if k != "lm_head.weight"}
+            missing, unexpected = self.model.load_state_dict(state_dict, strict=False)
+            missing = [k for k in missing if k != "lm_head.weight"]  # tied to the embedding
+            if missing or unexpected:
+                raise ValueError(f"weights do not fit the model: missing={missing[:5]} unexpected={unexpected[:5]}")
+            self.model.tie_weights()
 
     def end_session(self, key: str) -> None:
-        """The episode behind `key` has ended: drop its cached prefix."""
+        """The episode behind `key` has ended: drop its cached prefix (one atomic dict operation, no lock: the
+        replica's event loop must not wait for a decoding step)."""
         self._prefix.pop(key, None)
 
-    def _take_prefix(self, request: GenerationRequest) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]]]:
-        """The cached KV of this request's episode, if the cached tokens are a strict prefix of its prompt."""
+    def reset_prefix_cache(self) -> bool:
+        """Forget every episode's kept KV."""
+        with self._step_lock:
+            self._prefix.clear()
+        return True
+
+    def counters(self) -> dict[str, float]:
+        """Decoding steps and their rows (sum), prompt tokens (and those reused from kept KV), decoded tokens;
+        `rows_running`: the rows in the batch now."""
+        return {**self.stats, "rows_running": len(self._rows)}
+
+    def close(self) -> None:
+        """Stop the scheduler thread; requests not finished fail."""
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    # ------------------------------------------------------------------ scheduling
+
+    def _submit(self, items: list[tuple[GenerationRequest, Callable[[int], bool | None] | None]]
+                ) -> list[concurrent.futures.Future]:
+        futures = []
+        with self._wake:
+            if self._closed:
+                raise RuntimeError("the hf engine is closed")
+            for request, on_token in items:
+                future: concurrent.futures.Future = concurrent.futures.Future()
+                futures.append(future)
+                if request.max_new_tokens <= 0:
+                    future.set_result(GenerationOutput([], [], "length", timing={"put": time.monotonic(),
+                                                                                 "done": time.monotonic()}))
+                    continue
+                generator = torch.Generator(device="cpu")
+                generator.manual_seed(request.seed if request.seed is not None else torch.seed())
+                row = _Row(request, future, on_token, generator)
+                row.output.timing = {"put": time.monotonic()}
+                self._waiting.append(row)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="hf-engine", daemon=True)
+                self._thread.start()
+            self._wake.notify()
+        return futures
+
+    def _run(self) -> None:
+        """The scheduler: admit waiting requests, decode one step, retire finished rows; until closed."""
+        while True:
+            with self._wake:
+                while not (self._waiting or self._rows or self._closed):
+                    self._wake.wait()
+                if self._closed:
+                    break
+                room = self.max_batch_size - len(self._rows)
+                admitted = []
+                while self._waiting and len(admitted) < room:
+                    row = self._waiting.popleft()
+                    if not row.future.cancelled():  # its caller gave up while it waited
+                        admitted.append(row)
+            with self._step_lock:
+                try:
+                    with torch.inference_mode():
+                        running = bool(self._rows)
+                        if admitted:
+                            self._admit(admitted)
+                        if running and self._rows:  # running rows get their step too (new ones join it)
+                            self._decode()
+                except Exception as error:  # noqa: BLE001 - the batch's callers get the failure, the engine goes on
+                    for row in [*self._rows, *admitted]:
+                        _resolve(row.future, error=error)
+                    self._rows, self._cache, self._mask = [], None, None
+        with self._wake:
+            for row in [*self._rows, *self._waiting]:
+                _resolve(row.future, error=RuntimeError("the hf engine was closed"))
+            self._rows, self._cache, self._mask = [], None, None
+            self._waiting.clear()
+
+    def _admit(self, rows: list[_Row]) -> None:
+        """Prefill new rows (reusing their episodes' kept KV), sample their first tokens, join the batch.
+
+        Row layout of the prefill: [pad | cached prefix | pad | new tokens]; the mask hides the pads.
+        """
+        reused = [self._take_prefix(row.request) for row in rows]
+        cached = max(n for n, _ in reused)
+        suffixes = [row.request.prompt_ids[n:] for row, (n, _) in zip(rows, reused, strict=True)]
+        width = max(len(x) for x in suffixes)
+        input_ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), cached + width), dtype=torch.long)
+        positions = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, (row, (n, _), suffix) in enumerate(zip(rows, reused, suffixes, strict=True)):
+            input_ids[i, width - len(suffix):] = torch.tensor(suffix)
+            mask[i, cached - n: cached] = 1
+            mask[i, cached + width - len(suffix):] = 1
+            positions[i, width - len(suffix):] = torch.arange(n, n + len(suffix))
+            row.position = len(row.request.prompt_ids)
+            self.stats["prompt_tokens"] += len(row.request.prompt_ids)
+            self.stats["cached_prompt_tokens"] += n
+        cache = DynamicCache()
+        if cached:
+            like = next(layers for n, layers in reused if n)
+            for layer in range(len(like)):
+                keys, values = [], []
+                for n, layers in reused:
+                    pad = like[layer][0].new_zeros(like[layer][0].shape[0], cached - n, like[layer][0].shape[2])
+                    keys.append(torch.cat([pad, layers[layer][0]], 1) if n else pad)
+                    values.append(torch.cat([pad, layers[layer][1]], 1) if n else pad)
+                cache.update(torch.stack(keys).to(self.device), torch.stack(values).to(self.device), layer)
+        logits = self._forward(input_ids, mask, positions, cache)
+        self._join(rows, cache, mask.to(self.device))
+        self._sample_rows(rows, logits)
+        self._retire()
+
+    def _decode(self) -> None:
+        """One decoding step for every running row: feed its last token, sample the next."""
+        rows = self._rows
+        input_ids = torch.tensor([[row.output.token_ids[-1]] for row in rows])
+        positions = torch.tensor([[row.position] for row in rows])
+        self._mask = torch.cat([self._mask, self._mask.new_ones((len(rows), 1))], 1)
+        logits = self._forward(input_ids, self._mask, positions, self._cache)
+        for row in rows:
+            row.position += 1
+        self._sample_rows(rows, logits)
+        self._retire()
+
+    def _forward(self, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
+                 cache: DynamicCache) -> torch.Tensor:
+        self.stats["steps"] += 1
+        self.stats["step_rows"] += len(input_ids)
+        return self.model(input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
+                          position_ids=positions.to(self.device), past_key_values=cache,
+                          use_cache=True).logits[:, -1, :].float().cpu()
+
+    def _join(self, rows: list[_Row], cache: DynamicCache, mask: torch.Tensor) -> None:
+        """Stack new rows' cache under the running batch's, both left-padded to the wider one."""
+        if not self._rows:
+            self._rows, self._cache, self._mask = list(rows), cache, mask
+            return
+        width = max(self._mask.shape[1], mask.shape[1])
+        joined = DynamicCache()
+        for index, (old, new) in enumerate(zip(self._cache.layers, cache.layers, strict=True)):
+            joined.update(torch.cat([_pad_left(old.keys, width, 2), _pad_left(new.keys, width, 2)]),
+                          torch.cat([_pad_left(old.values, width, 2), _pad_left(new.values, width, 2)]), index)
+        self._rows = [*self._rows, *rows]
+        self._cache, self._mask = joined, torch.cat([_pad_left(self._mask, width, 1), _pad_left(mask, width, 1)])
+
+    def _sample_rows(self, rows: list[_Row], logits: torch.Tensor) -> None:
+        for row, row_logits in zip(rows, logits, strict=True):
+            if row.future.cancelled():  # the caller went away: no more tokens
+                row.done = True
+                continue
+            token, logprob = self._sample(row_logits, row.request, row.generator)
+            out = row.output
+            out.token_ids.append(token)
+            out.logprobs.append(logprob)
+            out.timing.setdefault("first", time.monotonic())
+            self.stats["decoded_tokens"] += 1
+            if token in row.request.stop_token_ids:
+                out.finish_reason, row.done = "stop", True
+            elif len(out.token_ids) >= row.request.max_new_tokens:
+                row.done = True
+            if row.on_token is not None and row.on_token(token) is False:
+                row.done = True
+
+    def _retire(self) -> None:
+        """Finished rows leave the batch: their KV is kept for their episode's next turn, their future resolves."""
+        if not any(row.done for row in self._rows):
+            return
+        for index, row in enumerate(self._rows):
+            if row.done:
+                self._keep_prefix(index, row)
+                row.output.timing["done"] = time.monotonic()
+                _resolve(row.future, result=row.output)
+        keep = [i for i, row in enumerate(self._rows) if not row.done]
+        if not keep:
+            self._rows, self._cache, self._mask = [], None, None
+            return
+        self._rows = [self._rows[i] for i in keep]
+        mask = self._mask[keep]
+        first = int(mask.any(0).long().argmax())  # columns left of every row's first token are padding only
+        self._mask = mask[:, first:]
+        for layer in self._cache.layers:
+            layer.keys, layer.values = layer.keys[keep, :, first:], layer.values[keep, :, first:]
+
+    # ------------------------------------------------------------------ prefix reuse across an episode's turns
+
+    def _take_prefix(self, request: GenerationRequest) -> tuple[int, KV]:
+        """The kept KV of this request's episode, if the kept tokens are a strict prefix of its prompt."""
         entry = self._prefix.pop(request.cache_key, None) if request.cache_key else None
         if entry is None:
             return 0, []
@@ -73,97 +315,16 @@ class HFEngine(Engine):
             return 0, []
         return len(ids), layers
 
-    def _store_prefix(self, key: str, ids: list[int], layers: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        self._prefix[key] = (ids, layers)
+    def _keep_prefix(self, index: int, row: _Row) -> None:
+        """Keep a keyed row's KV: its prompt and all sampled tokens but the last (never fed)."""
+        if not row.request.cache_key or not row.output.token_ids or row.future.cancelled():
+            return
+        real = self._mask[index].bool()
+        layers = [(layer.keys[index][:, real].clone(), layer.values[index][:, real].clone())
+                  for layer in self._cache.layers]
+        self._prefix[row.request.cache_key] = (list(row.request.prompt_ids) + row.output.token_ids[:-1], layers)
         while len(self._prefix) > self.prefix_cache_size:
             self._prefix.popitem(last=False)
-
-    @torch.inference_mode()
-    def generate(self, requests: list[GenerationRequest], on_token: OnToken | None = None) -> list[GenerationOutput]:
-        """Sample continuations for a batch of requests: left-padded rows sharing one KV cache.
-
-        `on_token(row, token_id)` is called for every token right after it is sampled, before the next
-        decoding step; when it returns False that row ends there (finish_reason "length", its caller
-        has gone) and the others go on.
-
-        A request with a `cache_key` reuses the KV of the same key's previous request when its tokens
-        are a prefix of the new prompt (the next turn of an episode), so only the new tokens are
-        prefilled. Row layout: [pad | cached prefix | pad | new tokens]; the mask hides the pads.
-        """
-        batch = len(requests)
-        reused = [self._take_prefix(r) for r in requests]
-        cached = max(n for n, _ in reused)
-        suffixes = [r.prompt_ids[n:] for r, (n, _) in zip(requests, reused, strict=True)]
-        width = max(len(x) for x in suffixes)
-        input_ids = torch.full((batch, width), self.pad_token_id, dtype=torch.long)
-        attention = torch.zeros((batch, cached + width), dtype=torch.long)
-        positions = torch.zeros((batch, width), dtype=torch.long)
-        for row, ((n, _), suffix) in enumerate(zip(reused, suffixes, strict=True)):
-            input_ids[row, width - len(suffix):] = torch.tensor(suffix)
-            attention[row, cached - n: cached] = 1
-            attention[row, cached + width - len(suffix):] = 1
-            positions[row, width - len(suffix):] = torch.arange(n, n + len(suffix))
-        cache = DynamicCache()
-        if cached:
-            for layer in range(len(next(layers for n, layers in reused if n))):
-                keys, values = [], []
-                for n, layers in reused:
-                    like = next(layers for m, layers in reused if m)[layer][0]
-                    pad = like.new_zeros(like.shape[0], cached - n, like.shape[2])
-                    keys.append(torch.cat([pad, layers[layer][0]], 1) if n else pad)
-                    values.append(torch.cat([pad, layers[layer][1]], 1) if n else pad)
-                cache.update(torch.stack(keys), torch.stack(values), layer)
-        generators = []
-        for request in requests:
-            generator = torch.Generator(device="cpu")
-            generator.manual_seed(request.seed if request.seed is not None else torch.seed())
-            generators.append(generator)
-
-        outputs = [GenerationOutput([], [], "length") for _ in requests]
-        done = [r.max_new_tokens <= 0 for r in requests]
-        step_ids, attention = input_ids.to(self.device), attention.to(self.device)
-        positions = positions.to(self.device)
-        for step in range(max(r.max_new_tokens for r in requests)):
-            if all(done):
-                break
-            logits = self.model(
-                input_ids=step_ids, attention_mask=attention, position_ids=positions,
-                past_key_values=cache, use_cache=True,
-            ).logits[:, -1, :].float().cpu()
-            next_ids = torch.full((batch,), self.pad_token_id, dtype=torch.long)
-            for row, request in enumerate(requests):
-                if done[row]:
-                    continue
-                token, logprob = self._sample(logits[row], request, generators[row])
-                next_ids[row] = token
-                outputs[row].token_ids.append(token)
-                outputs[row].logprobs.append(logprob)
-                if token in request.stop_token_ids:
-                    outputs[row].finish_reason = "stop"
-                    done[row] = True
-                elif step + 1 >= request.max_new_tokens:
-                    done[row] = True
-                if on_token is not None and on_token(row, token) is False:
-                    done[row] = True
-            step_ids = next_ids.unsqueeze(-1).to(self.device)
-            attention = torch.cat([attention, torch.ones((batch, 1), dtype=torch.long, device=self.device)], -1)
-            positions = positions[:, -1:] + 1
-        self._keep_prefixes(requests, outputs, cache, attention, cached + width)
-        return outputs
-
-    def _keep_prefixes(self, requests: list[GenerationRequest], outputs: list[GenerationOutput],
-                       cache: DynamicCache, attention: torch.Tensor, prompt_width: int) -> None:
-        """Cache each keyed row's KV for its prompt and all sampled tokens but the last (never fed)."""
-        width = cache.get_seq_length()
-        for row, (request, out) in enumerate(zip(requests, outputs, strict=True)):
-            if not request.cache_key or not out.token_ids:
-                continue
-            keep = torch.zeros(width, dtype=torch.bool, device=attention.device)
-            keep[:prompt_width] = attention[row, :prompt_width].bool()
-            keep[prompt_width: prompt_width + len(out.token_ids) - 1] = True  # rows that stopped early fed fewer
-            layers = [(layer.keys[row][:, keep].clone(), layer.values[row][:, keep].clone())
-                      for layer in cache.layers]
-            self._store_prefix(request.cache_key, list(request.prompt_ids) + out.token_ids[:-1], layers)
 
     @staticmethod
     def _sample(logits: torch.Tensor, request: GenerationRequest, generator: torch.Generator) -> tuple[int, float]:
@@ -178,3 +339,15 @@ class HFEngine(Engine):
         probs = torch.softmax(scaled, dim=-1)
         token = int(torch.multinomial(probs, 1, generator=generator))
         return token, float(logprobs[token])
+
+
+def _resolve(future: concurrent.futures.Future, result: GenerationOutput | None = None,
+             error: BaseException | None = None) -> None:
+    """Settle a request's future unless its caller cancelled it first."""
+    try:
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+    except concurrent.futures.InvalidStateError:  # cancelled meanwhile: nobody waits for it
+        pass

