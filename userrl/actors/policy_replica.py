@@ -76,7 +76,6 @@ class PolicyReplica:
         self._busy_since = 0.0
         self._accepting: asyncio.Event | None = None
         self._idle: asyncio.Event | None = None
-        self.max_batch_size = max_batch_size
         # Ray re-runs __init__ when it restarts a dead replica: the model folder it loads again holds the
         # weights of the run's start, so a training replica serves nothing until it is given the current ones.
         self.version = AWAITING_WEIGHTS if wait_for_weights_after_restart and restarted_by_ray() else 0
