@@ -274,7 +274,8 @@ class HFEngine(Engine):
             out = row.output
             out.token_ids.append(token)
             out.logprobs.append(logprob)
-            out.timing.setdefault("first", time.monotonic())
+            if len(out.token_ids) == 1:
+                out.timing["first"] = time.monotonic()
             self.stats["decoded_tokens"] += 1
             if token in row.request.stop_token_ids:
                 out.finish_reason, row.done = "stop", True
