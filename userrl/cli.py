@@ -268,13 +268,18 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except KeyboardInterrupt:  # Ctrl+C: the commands' own `finally` blocks have stopped their actors
+    except KeyboardInterrupt:  # the commands' own `finally` blocks have stopped their actors by now
+        from userrl.cluster import sigterm_received  # imports Ray: only once a command has run
+
+        if sigterm_received():
+            console.print(f"[yellow]stopped[/] (SIGTERM): {_WHAT_STAYS}")
+            return 128 + signal.SIGTERM
         console.print(f"[yellow]interrupted[/]: {_WHAT_STAYS}")
         return 130
     except SystemExit as stop:
         if stop.code != signal.SIGTERM:
             raise
-        # Ray's driver turns SIGTERM into sys.exit(15); the `finally` blocks have run by now.
+        # Ray's handler (a driver that never reached `init_ray`, e.g. a sweep) turns SIGTERM into sys.exit(15).
         console.print(f"[yellow]stopped[/] (SIGTERM): {_WHAT_STAYS}")
         return 128 + signal.SIGTERM
     except (ConfigError, FileNotFoundError, ValueError, ConnectionError) as error:

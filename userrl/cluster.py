@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import socket
+import threading
 
 import ray
 
@@ -42,10 +44,10 @@ def check_ray_address(address: str, timeout_s: float = 5.0) -> None:
 
 
 def ray_cpus(config: UserRLConfig) -> int:
+    """Logical CPUs of a local Ray: enough for every actor's fraction, at least the machine's cores."""
     needed = (config.learners.num_learners * config.learners.num_cpus_per_learner
               + config.policy.num_replicas * config.policy.num_cpus_per_replica
               + config.env_runners.num_env_runners * config.env_runners.num_cpus_per_env_runner + 1)
-    """Logical CPUs of a local Ray: enough for every actor's fraction, at least the machine's cores."""
     return max(os.cpu_count() or 1, math.ceil(needed))
 
 
@@ -59,6 +61,33 @@ def init_ray(config: UserRLConfig) -> bool:
     if address:
         check_ray_address(address)
         ray.init(address=address, logging_config=logging_config(), runtime_env=runtime_env)
+        stop_like_ctrl_c_on_sigterm()
         return False
     ray.init(num_cpus=config.ray.num_cpus or ray_cpus(config), logging_config=logging_config(), runtime_env=runtime_env)
+    stop_like_ctrl_c_on_sigterm()
     return True
+
+
+_sigterm_received = threading.Event()
+
+
+def _interrupt_on_sigterm(signum: int, frame: object) -> None:
+    _sigterm_received.set()
+    raise KeyboardInterrupt
+
+
+def stop_like_ctrl_c_on_sigterm() -> None:
+    """Make SIGTERM (`kill`, `ray job stop`) unwind the driver like Ctrl+C, through every `finally` block.
+
+    Replaces the handler `ray.init` set: Ray's calls `sys.exit(15)`, and while Ray Train runs, what reaches the
+    caller is a bare `SystemExit(1)`. `KeyboardInterrupt` is the one exception every layer lets through (Ray
+    Train re-raises a new one, so the signal is remembered here, for `sigterm_received`). Only the main
+    thread may set handlers: elsewhere (a Tune trial, a test thread) Ray's stays.
+    """
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
+
+
+def sigterm_received() -> bool:
+    """Whether a KeyboardInterrupt in this driver came from SIGTERM rather than Ctrl+C."""
+    return _sigterm_received.is_set()
