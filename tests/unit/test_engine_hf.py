@@ -154,3 +154,31 @@ def test_joining_rows_of_every_width_sample_as_alone(tiny_model):
                                                                      request.temperature, seed=request.seed)])[0]
         assert output.token_ids == reference.token_ids
         assert torch.allclose(torch.tensor(output.logprobs), torch.tensor(reference.logprobs), atol=1e-4)
+
+
+def test_a_long_prompt_is_prefilled_in_chunks_between_the_running_rows_steps(tiny_model):
+    """Chunked prefill: a 400-token prompt sent while a row decodes goes through the model 32 tokens at a
+    time, each chunk followed by a step of the running row (13 chunks: the row samples 12 tokens meanwhile,
+    where one whole prefill would let it sample none); the long request still samples what it samples alone."""
+    engine = HFEngine(tiny_model, prefill_chunk_tokens=32)
+    events: list[str] = []
+    gate = threading.Event()
+
+    def running_token(token):
+        events.append("running")
+        gate.set()
+
+    running = engine.submit(GenerationRequest(PROMPTS[0], 300, seed=2), on_token=running_token)
+    assert gate.wait(30)
+    long = GenerationRequest([1] + [100 + i % 500 for i in range(399)], 5, temperature=0.8, seed=4)
+    sent = len(events)
+    output = engine.submit(long, on_token=lambda token: events.append("long")).result(timeout=60)
+    assert not running.done()
+    between = events[sent:events.index("long")].count("running")
+    assert 11 <= between <= 13, between  # 12, give or take the step in flight when it was sent
+    alone_engine = HFEngine(tiny_model, prefill_chunk_tokens=32)
+    alone = alone_engine.generate([long])[0]  # nothing decodes beside it: one pass
+    assert alone_engine.counters()["prefill_chunks"] == 1
+    assert output.token_ids == alone.token_ids
+    assert torch.allclose(torch.tensor(output.logprobs), torch.tensor(alone.logprobs), atol=1e-4)
+    running.cancel()

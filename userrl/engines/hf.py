@@ -11,6 +11,11 @@ for every running row; a request submitted meanwhile is prefilled before the nex
 batch (its KV cache, left-padded to the batch's width, is stacked onto the running one); a row that
 ends (stop token, token limit, caller gone) leaves at once and its future resolves, so a short reply
 never waits for a long one, and an episode's next turn can start while other rows still decode.
+
+Prefill is chunked while rows decode, as vLLM's chunked prefill: new rows' prompts go through the model
+`prefill_chunk_tokens` tokens (rows x columns) at a time, one chunk before each decoding step, so a long
+prompt delays the running rows' next token by one chunk, not by its whole prefill. With nothing decoding,
+the prefill runs in one pass.
 """
 
 from __future__ import annotations
@@ -62,28 +67,49 @@ class _Row:
     done: bool = False
 
 
+@dataclass
+class _Prefill:
+    """Admitted rows whose prompts are being prefilled, one chunk of columns at a time.
+
+    Row layout: [pad | cached prefix | pad | new tokens]; `mask` spans all of it, `cache` holds the columns
+    fed so far (`fed`, counted from the first new-token column).
+    """
+
+    rows: list[_Row]
+    input_ids: torch.Tensor  # (rows, width): the new tokens, left-padded
+    positions: torch.Tensor  # (rows, width)
+    mask: torch.Tensor  # (rows, cached + width)
+    cache: DynamicCache
+    cached: int  # columns of kept prefix KV in front
+    fed: int = 0
+
+
 class HFEngine(Engine):
     """Continuously batched generation with a transformers causal LM, reporting each token as sampled."""
 
     incremental = True
 
     def __init__(self, model_path: str, dtype: str = "float32", device: str = "cpu", pad_token_id: int = 0,
-                 max_batch_size: int = 32, prefix_cache_size: int = 256):
+                 max_batch_size: int = 32, prefix_cache_size: int = 256, prefill_chunk_tokens: int = 512):
         self.device = torch.device(device)
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=_DTYPES[dtype]).to(self.device)
         self.model.eval()
         self.pad_token_id = pad_token_id
         self.max_batch_size = max_batch_size
         self.prefix_cache_size = prefix_cache_size
+        if prefill_chunk_tokens < 1:
+            raise ValueError(f"prefill_chunk_tokens must be at least 1, got {prefill_chunk_tokens}")
+        self.prefill_chunk_tokens = prefill_chunk_tokens
         self._prefix: OrderedDict[str, tuple[list[int], KV]] = OrderedDict()
         self.stats = {"steps": 0, "step_rows": 0, "prompt_tokens": 0, "cached_prompt_tokens": 0,
-                      "decoded_tokens": 0}
+                      "decoded_tokens": 0, "prefill_chunks": 0}
         self._waiting: deque[_Row] = deque()
         self._wake = threading.Condition()
         self._step_lock = threading.Lock()  # a step or a weight load, never both at once
         self._rows: list[_Row] = []  # the running batch, in the cache's row order
         self._cache: DynamicCache | None = None
         self._mask: torch.Tensor | None = None  # (rows, cache width): 1 where a row has a real token
+        self._prefill: _Prefill | None = None  # admitted rows not yet in the batch
         self._thread: threading.Thread | None = None
         self._closed = False
 
@@ -127,8 +153,8 @@ class HFEngine(Engine):
         return True
 
     def counters(self) -> dict[str, float]:
-        """Decoding steps and their rows (sum), prompt tokens (and those reused from kept KV), decoded tokens;
-        `rows_running`: the rows in the batch now."""
+        """Decoding steps and their rows (sum), prompt tokens (and those reused from kept KV), decoded tokens,
+        prefill passes (`prefill_chunks`); `rows_running`: the rows in the batch now."""
         return {**self.stats, "rows_running": len(self._rows)}
 
     def close(self) -> None:
@@ -166,42 +192,44 @@ class HFEngine(Engine):
         return futures
 
     def _run(self) -> None:
-        """The scheduler: admit waiting requests, decode one step, retire finished rows; until closed."""
+        """The scheduler: admit waiting requests, prefill a chunk, decode one step, retire finished rows."""
         while True:
             with self._wake:
-                while not (self._waiting or self._rows or self._closed):
+                while not (self._waiting or self._rows or self._prefill or self._closed):
                     self._wake.wait()
                 if self._closed:
                     break
-                room = self.max_batch_size - len(self._rows)
                 admitted = []
-                while self._waiting and len(admitted) < room:
-                    row = self._waiting.popleft()
-                    if not row.future.cancelled():  # its caller gave up while it waited
-                        admitted.append(row)
+                if self._prefill is None:  # one group prefills at a time; the rest wait for its end
+                    room = self.max_batch_size - len(self._rows)
+                    while self._waiting and len(admitted) < room:
+                        row = self._waiting.popleft()
+                        if not row.future.cancelled():  # its caller gave up while it waited
+                            admitted.append(row)
             with self._step_lock:
                 try:
                     with torch.inference_mode():
                         running = bool(self._rows)
                         if admitted:
-                            self._admit(admitted)
+                            self._prefill = self._start_prefill(admitted)
+                        if self._prefill is not None:
+                            self._prefill_step(whole=not running)
                         if running and self._rows:  # running rows get their step too (new ones join it)
                             self._decode()
                 except Exception as error:  # noqa: BLE001 - the batch's callers get the failure, the engine goes on
-                    for row in [*self._rows, *admitted]:
+                    prefilling = self._prefill.rows if self._prefill is not None else []
+                    for row in [*self._rows, *prefilling]:
                         _resolve(row.future, error=error)
-                    self._rows, self._cache, self._mask = [], None, None
+                    self._rows, self._cache, self._mask, self._prefill = [], None, None, None
         with self._wake:
-            for row in [*self._rows, *self._waiting]:
+            prefilling = self._prefill.rows if self._prefill is not None else []
+            for row in [*self._rows, *prefilling, *self._waiting]:
                 _resolve(row.future, error=RuntimeError("the hf engine was closed"))
-            self._rows, self._cache, self._mask = [], None, None
+            self._rows, self._cache, self._mask, self._prefill = [], None, None, None
             self._waiting.clear()
 
-    def _admit(self, rows: list[_Row]) -> None:
-        """Prefill new rows (reusing their episodes' kept KV), sample their first tokens, join the batch.
-
-        Row layout of the prefill: [pad | cached prefix | pad | new tokens]; the mask hides the pads.
-        """
+    def _start_prefill(self, rows: list[_Row]) -> _Prefill:
+        """Lay out new rows' prompts for prefill, behind their episodes' kept KV where the prompt extends it."""
         reused = [self._take_prefix(row.request) for row in rows]
         cached = max(n for n, _ in reused)
         suffixes = [row.request.prompt_ids[n:] for row, (n, _) in zip(rows, reused, strict=True)]
@@ -227,9 +255,24 @@ class HFEngine(Engine):
                     keys.append(torch.cat([pad, layers[layer][0]], 1) if n else pad)
                     values.append(torch.cat([pad, layers[layer][1]], 1) if n else pad)
                 cache.update(torch.stack(keys).to(self.device), torch.stack(values).to(self.device), layer)
-        logits = self._forward(input_ids, mask, positions, cache)
-        self._join(rows, cache, mask.to(self.device))
-        self._sample_rows(rows, logits)
+        return _Prefill(rows, input_ids, positions, mask, cache, cached)
+
+    def _prefill_step(self, whole: bool) -> None:
+        """Feed the next chunk of the prefilling rows' prompts (all of it when `whole`); after the last, sample
+        their first tokens and let them join the batch."""
+        job = self._prefill
+        width = job.input_ids.shape[1]
+        columns = width - job.fed if whole else max(1, self.prefill_chunk_tokens // len(job.rows))
+        end = min(width, job.fed + columns)
+        self.stats["prefill_chunks"] += 1
+        logits = self._forward(job.input_ids[:, job.fed:end], job.mask[:, :job.cached + end],
+                               job.positions[:, job.fed:end], job.cache)
+        job.fed = end
+        if end < width:
+            return
+        self._prefill = None
+        self._join(job.rows, job.cache, job.mask.to(self.device))
+        self._sample_rows(job.rows, logits)
         self._retire()
 
     def _decode(self) -> None:
@@ -248,9 +291,11 @@ class HFEngine(Engine):
                  cache: DynamicCache) -> torch.Tensor:
         self.stats["steps"] += 1
         self.stats["step_rows"] += len(input_ids)
+        # logits_to_keep=1: only the last column's logits are sampled from (a prefill's others cost a vocabulary
+        # projection per prompt token).
         return self.model(input_ids=input_ids.to(self.device), attention_mask=mask.to(self.device),
-                          position_ids=positions.to(self.device), past_key_values=cache,
-                          use_cache=True).logits[:, -1, :].float().cpu()
+                          position_ids=positions.to(self.device), past_key_values=cache, use_cache=True,
+                          logits_to_keep=1).logits[:, -1, :].float().cpu()
 
     def _join(self, rows: list[_Row], cache: DynamicCache, mask: torch.Tensor) -> None:
         """Stack new rows' cache under the running batch's, both left-padded to the wider one."""
