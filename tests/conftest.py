@@ -33,11 +33,13 @@ def ray_local():
     """A local Ray shared by the integration tests."""
     import ray
 
+    from userrl.cluster import job_env_vars
+
     if not ray.is_initialized():
         # Workers must import test modules (functions defined in tests run inside Ray Train workers).
         test_dirs = [str(p) for p in Path(__file__).parent.iterdir() if p.is_dir() and not p.name.startswith(".")]
         pythonpath = os.pathsep.join([*test_dirs, os.environ.get("PYTHONPATH", "")])
         ray.init(num_cpus=6, logging_config=ray.LoggingConfig(encoding="TEXT", log_level="WARNING"),
-                 runtime_env={"env_vars": {"PYTHONPATH": pythonpath}})
+                 runtime_env={"env_vars": {**job_env_vars(), "PYTHONPATH": pythonpath}})
     yield ray
     ray.shutdown()

@@ -382,12 +382,12 @@ def run_trial(trial: dict[str, Any], setup: dict[str, Any]) -> None:
 def _init_ray(sweep: Sweep) -> None:
     import ray
 
-    from userrl.cluster import check_ray_address
+    from userrl.cluster import check_ray_address, job_env_vars
 
     if ray.is_initialized():
         return
     config = sweep.config
-    runtime_env = {"env_vars": {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "TOKENIZERS_PARALLELISM": "false"}}
+    runtime_env = {"env_vars": job_env_vars()}
     address = config.ray.address or os.environ.get("RAY_ADDRESS")
     quiet = ray.LoggingConfig(encoding="TEXT", log_level="WARNING")
     if address:
