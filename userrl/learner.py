@@ -312,7 +312,7 @@ class Learner:
               old: list[torch.Tensor] | None) -> dict[str, float]:
         sums = self._accumulate_gradients(trajectories, advantages, old)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.training.grad_clip)
-        if hasattr(grad_norm, "full_tensor"):
+        if isinstance(grad_norm, DTensor):
             grad_norm = grad_norm.full_tensor()
         if self.fault and advantages is not None:
             self.fault("update")
@@ -339,7 +339,7 @@ class Learner:
         for name, param in self.model.named_parameters():
             if param.grad is not None:
                 grad = param.grad
-                grads[name] = (grad.full_tensor() if hasattr(grad, "full_tensor") else grad).detach().cpu()
+                grads[name] = (grad.full_tensor() if isinstance(grad, DTensor) else grad).detach().cpu()
         self.optimizer.zero_grad(set_to_none=True)
         return self._all_reduce({"loss": sums["loss"]})["loss"], grads
 
@@ -410,7 +410,7 @@ class Learner:
         """One optimizer step of the critic on one mini-batch (every rank)."""
         sums = self._accumulate_critic_gradients(trajectories, old_values, returns)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.config.training.grad_clip)
-        if hasattr(grad_norm, "full_tensor"):
+        if isinstance(grad_norm, DTensor):
             grad_norm = grad_norm.full_tensor()
         self.critic_optimizer.step()
         self.critic_optimizer.zero_grad(set_to_none=True)
@@ -429,7 +429,7 @@ class Learner:
         for name, param in self.critic.named_parameters():
             if param.grad is not None:
                 grad = param.grad
-                grads[name] = (grad.full_tensor() if hasattr(grad, "full_tensor") else grad).detach().cpu()
+                grads[name] = (grad.full_tensor() if isinstance(grad, DTensor) else grad).detach().cpu()
         self.critic_optimizer.zero_grad(set_to_none=True)
         return self._all_reduce({"value_loss": sums["value_loss"]})["value_loss"], grads
 
