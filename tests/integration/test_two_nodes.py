@@ -7,6 +7,7 @@ lost, and the placement and the recovery show in the job's log.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -18,7 +19,7 @@ import uuid
 
 import pytest
 from ray.job_submission import JobStatus, JobSubmissionClient
-from test_ray_job import BIN, REPO, _env, _free_ports, wait_for_dashboard
+from test_ray_job import BIN, REPO, _env, _free_ports, stop_ray_start, wait_for_dashboard
 
 ITERATIONS = 4
 RUN = ["policy.model=tiny-random", "policy.dtype=float32", "policy.max_new_tokens=32", "policy.num_threads=1",
@@ -35,15 +36,11 @@ def _start(args: list[str], log_path, **kwargs) -> subprocess.Popen:
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **kwargs)
 
 
-def _stop(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
-    if proc.poll() is not None:
-        return
-    os.killpg(proc.pid, sig)
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
+def _kill(proc: subprocess.Popen) -> None:
+    """SIGKILL a node's whole process group: its raylet and workers die as in a lost machine."""
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=20)
+    proc.wait(timeout=20)
 
 
 def _nodes(dashboard: str) -> list[dict]:
@@ -101,7 +98,7 @@ def test_second_node_lost_mid_run(tiny_model, tmp_path):
             assert jobs.get_job_status(job_id) in (JobStatus.PENDING, JobStatus.RUNNING), jobs.get_job_logs(job_id)
             assert time.time() < deadline, jobs.get_job_logs(job_id)
             time.sleep(0.5)
-        _stop(second, signal.SIGKILL)
+        _kill(second)
 
         while jobs.get_job_status(job_id) in (JobStatus.PENDING, JobStatus.RUNNING):
             assert time.time() < deadline + 300, jobs.get_job_logs(job_id)
@@ -122,5 +119,5 @@ def test_second_node_lost_mid_run(tiny_model, tmp_path):
         assert meta["iteration"] == ITERATIONS
     finally:
         if second is not None:
-            _stop(second, signal.SIGKILL)
-        _stop(head)
+            _kill(second)
+        stop_ray_start(head)
