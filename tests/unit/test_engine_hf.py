@@ -1,6 +1,7 @@
 import asyncio
 import threading
 
+import pytest
 import torch
 
 from userrl.actors.policy_replica import PolicyReplica
@@ -182,3 +183,19 @@ def test_a_long_prompt_is_prefilled_in_chunks_between_the_running_rows_steps(tin
     assert output.token_ids == alone.token_ids
     assert torch.allclose(torch.tensor(output.logprobs), torch.tensor(alone.logprobs), atol=1e-4)
     running.cancel()
+
+
+def test_a_request_that_cannot_be_prefilled_fails_alone(tiny_model):
+    """A prompt the model cannot take (a token id past its vocabulary) fails its own request; the row that was
+    decoding meanwhile goes on and samples what it samples alone, and the engine serves the next request."""
+    engine = HFEngine(tiny_model)
+    gate = threading.Event()
+    running_request = GenerationRequest(PROMPTS[0], 200, seed=2)
+    running = engine.submit(running_request, on_token=lambda token: gate.set())
+    assert gate.wait(30)
+    bad = engine.submit(GenerationRequest([1, engine.model.config.vocab_size + 5, 7], 4, seed=1))
+    with pytest.raises(IndexError):
+        bad.result(timeout=60)
+    assert not running.done()
+    assert running.result(timeout=120).token_ids == _alone(tiny_model, running_request)
+    assert engine.generate([GenerationRequest(PROMPTS[1], 3, temperature=0)])[0].token_ids  # still serving

@@ -206,21 +206,24 @@ class HFEngine(Engine):
                         row = self._waiting.popleft()
                         if not row.future.cancelled():  # its caller gave up while it waited
                             admitted.append(row)
-            with self._step_lock:
+            with self._step_lock, torch.inference_mode():
+                running = bool(self._rows)
                 try:
-                    with torch.inference_mode():
-                        running = bool(self._rows)
-                        if admitted:
-                            self._prefill = self._start_prefill(admitted)
-                        if self._prefill is not None:
-                            self._prefill_step(whole=not running)
-                        if running and self._rows:  # running rows get their step too (new ones join it)
-                            self._decode()
-                except Exception as error:  # noqa: BLE001 - the batch's callers get the failure, the engine goes on
-                    prefilling = self._prefill.rows if self._prefill is not None else []
-                    for row in [*self._rows, *prefilling]:
+                    if admitted:
+                        self._prefill = self._start_prefill(admitted)
+                    if self._prefill is not None:
+                        self._prefill_step(whole=not running)
+                except Exception as error:  # noqa: BLE001 - a request that cannot be prefilled fails alone
+                    for row in self._prefill.rows if self._prefill is not None else admitted:
                         _resolve(row.future, error=error)
-                    self._rows, self._cache, self._mask, self._prefill = [], None, None, None
+                    self._prefill = None
+                try:
+                    if running and self._rows:  # running rows get their step too (new ones join it)
+                        self._decode()
+                except Exception as error:  # noqa: BLE001 - the batch's callers get the failure, the engine goes on
+                    for row in self._rows:
+                        _resolve(row.future, error=error)
+                    self._rows, self._cache, self._mask = [], None, None
         with self._wake:
             prefilling = self._prefill.rows if self._prefill is not None else []
             for row in [*self._rows, *prefilling, *self._waiting]:
@@ -270,9 +273,9 @@ class HFEngine(Engine):
         job.fed = end
         if end < width:
             return
-        self._prefill = None
-        self._join(job.rows, job.cache, job.mask.to(self.device))
         self._sample_rows(job.rows, logits)
+        self._join(job.rows, job.cache, job.mask.to(self.device))
+        self._prefill = None
         self._retire()
 
     def _decode(self) -> None:
