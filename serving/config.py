@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from userrl.config import ConfigError, apply_overrides, read_yaml_mapping
+from userrl.config import ConfigError, HFSettings, apply_overrides, read_yaml_mapping
 
 
 class _Section(BaseModel):
@@ -39,7 +39,8 @@ class ServeConfig(_Section):
     model_name: str | None = Field(None, description="id in /v1/models and requests (default: the folder name)")
     engine: str = Field("hf", description="inference engine, built by userrl.actors.policy_replica.build_engine")
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    engine_options: dict[str, Any] = Field(default_factory=dict, description="engine settings (vllm: as policy.vllm)")
+    engine_options: dict[str, Any] = Field(default_factory=dict, description="engine settings (as policy.hf or "
+                                           "policy.vllm)")
     protocol: Literal["tool_call", "bracket", "native_tools", "user_reply"] | None = Field(
         None, description="action protocol the model was trained with (default: userrl.json of the folder, else tool_call)")
     max_model_len: int = Field(2048, ge=16, description="prompt + completion tokens")
@@ -64,6 +65,13 @@ class ServeConfig(_Section):
         if self.default_max_tokens >= self.max_model_len:
             raise ValueError(f"default_max_tokens ({self.default_max_tokens}) must be below max_model_len "
                              f"({self.max_model_len})")
+        if self.engine == "hf":
+            try:
+                HFSettings.model_validate(self.engine_options)
+            except ValidationError as error:
+                problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+                raise ValueError(f"engine_options for the hf engine ({', '.join(HFSettings.model_fields)}): "
+                                 f"{problems}") from None
         return self
 
 

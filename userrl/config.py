@@ -245,6 +245,17 @@ class VLLMSettings(BaseModel):
         "torch.distributed group (gloo on CPU, NCCL on GPU); object_store: through Ray's object store.")
 
 
+class HFSettings(BaseModel):
+    """Settings of the hf engine: `policy.hf`, and Serve's `engine_options` when its engine is hf."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prefill_chunk_tokens: int = Field(
+        512, ge=1, description="While rows decode, new prompts are prefilled this many tokens (rows x columns) at "
+        "a time, one chunk before each decoding step (a long prompt stalls the running rows for one chunk).")
+    prefix_cache_size: int = Field(256, ge=0, description="Episodes whose KV is kept between their turns (LRU).")
+
+
 class PolicyConfig(_Section):
     model: str = Field("smollm2-135m", description="smollm2-135m, tiny-random, or a local Hugging Face folder.")
     engine: Literal["hf", "vllm"] = Field(
@@ -262,6 +273,9 @@ class PolicyConfig(_Section):
         "argument passes through. dtype, max_model_len "
         "and max_batch_size come from this section.",
     )
+    hf: HFSettings = Field(default_factory=HFSettings, description="hf engine settings: prefill_chunk_tokens "
+                           "(512), prefix_cache_size (256).")
+
     @field_validator("vllm")
     @classmethod
     def _vllm(cls, value: dict[str, Any]) -> dict[str, Any]:

@@ -103,7 +103,8 @@ class EnvRunnerGroup:
             actor = ray.remote(PolicyReplica).options(num_cpus=pc.num_cpus_per_replica, num_gpus=gpus,
                                                       max_concurrency=4096, max_restarts=restarts, **placement)
             return [actor.remote(path, engine, pc.dtype, pc.max_batch_size, pc.num_threads, pad,
-                                 max_model_len=pc.max_model_len, engine_options=pc.vllm,
+                                 max_model_len=pc.max_model_len,
+                                 engine_options=pc.vllm if engine == "vllm" else pc.hf.model_dump(),
                                  wait_for_weights_after_restart=training) for _ in range(count)]
 
         self.replicas = start_replicas(model_path, pc.engine, pc.num_replicas, pc.num_gpus_per_replica, True)

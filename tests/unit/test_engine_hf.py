@@ -199,3 +199,15 @@ def test_a_request_that_cannot_be_prefilled_fails_alone(tiny_model):
     assert not running.done()
     assert running.result(timeout=120).token_ids == _alone(tiny_model, running_request)
     assert engine.generate([GenerationRequest(PROMPTS[1], 3, temperature=0)])[0].token_ids  # still serving
+
+
+def test_the_hf_settings_reach_the_engine_and_unknown_ones_are_refused(tiny_model):
+    """`policy.hf` (and Serve's engine_options with engine hf) configure the engine built for a replica."""
+    from userrl.actors.policy_replica import build_engine
+    from userrl.config import load_config
+
+    config = load_config(None, ["policy.hf.prefill_chunk_tokens=96", "policy.hf.prefix_cache_size=3"])
+    engine = build_engine("hf", tiny_model, "float32", 0, options=config.policy.hf.model_dump())
+    assert (engine.prefill_chunk_tokens, engine.prefix_cache_size) == (96, 3)
+    with pytest.raises(ValueError, match="prefill_chunk"):
+        build_engine("hf", tiny_model, "float32", 0, options={"prefill_chunk": 96})

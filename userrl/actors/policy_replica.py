@@ -32,11 +32,15 @@ def restarted_by_ray() -> bool:
 
 def build_engine(engine: str, model_path: str, dtype: str, pad_token_id: int, max_batch_size: int = 32,
                  max_model_len: int = 2048, options: dict | None = None):
-    """Instantiate an engine by name (`options`: the vllm engine's settings, `policy.vllm`)."""
+    """Instantiate an engine by name (`options`: the engine's settings, `policy.hf` or `policy.vllm`)."""
     if engine == "hf":
+        from userrl.config import HFSettings
         from userrl.engines.hf import HFEngine
 
-        return HFEngine(model_path, dtype=dtype, pad_token_id=pad_token_id, max_batch_size=max_batch_size)
+        settings = HFSettings.model_validate(options or {})
+        return HFEngine(model_path, dtype=dtype, pad_token_id=pad_token_id, max_batch_size=max_batch_size,
+                        prefill_chunk_tokens=settings.prefill_chunk_tokens,
+                        prefix_cache_size=settings.prefix_cache_size)
     if engine == "vllm":
         try:
             import vllm  # noqa: F401
