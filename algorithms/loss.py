@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 KL_KINDS = ("kl", "abs", "mse", "low_var_kl")
@@ -52,6 +53,105 @@ def token_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tenso
 
     placeholder = torch.zeros(logits.shape[:-1], dtype=torch.long, device=logits.device)
     return _over_row_chunks(chunk_entropy, logits, placeholder)
+
+
+def linear_token_logprobs(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+    chunk_tokens: int = 1024,
+    bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Float32 log-probabilities of `targets` (and entropies) under softmax((hidden @ weight.T + bias) / T).
+
+    hidden [N, H] are the last hidden states of the scored positions, weight [V, H] the output embedding.
+    The logits are built `chunk_tokens` rows at a time, in the forward pass and again in the backward pass,
+    which keeps only each row's log-normalizer: at most one chunk's [rows, V] logits exist at once. The
+    matmuls run in the autocast dtype where autocast is on (as the model's own head would), everything
+    after them in float32.
+    """
+    _check_temperature(temperature)
+    if chunk_tokens < 1:
+        raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
+    if hidden.dim() != 2 or hidden.shape[:-1] != targets.shape:
+        raise ValueError(f"hidden {tuple(hidden.shape)} must be [N, H] with targets [N], got {tuple(targets.shape)}")
+    device = hidden.device.type
+    dtype = (torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device)
+             else torch.promote_types(hidden.dtype, weight.dtype))
+    logp, entropy = _LinearLogprobs.apply(hidden, weight, bias, targets.long(), temperature, with_entropy,
+                                          chunk_tokens, dtype)
+    return logp, (entropy if with_entropy else None)
+
+
+class _LinearLogprobs(torch.autograd.Function):
+    """Forward and backward of `linear_token_logprobs`, chunk by chunk.
+
+    With l = logits / T, p = softmax(l), lse = logsumexp(l): d logp_t / d l = onehot(t) - p and
+    d H / d l = -p * (log p + H); both are scaled by 1 / T on the way back to the logits.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, temperature, with_entropy, chunk_tokens, dtype):
+        logps, lses, entropies = [], [], []
+        with torch.autocast(hidden.device.type, enabled=False):
+            for rows in _row_chunks(len(targets), chunk_tokens):
+                scaled = _chunk_logits(hidden[rows], weight, bias, dtype, temperature)
+                lse = torch.logsumexp(scaled, dim=-1)
+                logps.append(scaled.gather(-1, targets[rows, None]).squeeze(-1) - lse)
+                lses.append(lse)
+                if with_entropy:  # H = lse - sum_v p_v l_v
+                    entropies.append(lse - (torch.softmax(scaled, dim=-1) * scaled).sum(dim=-1))
+        logp, lse = _cat(logps, hidden), _cat(lses, hidden)
+        entropy = _cat(entropies, hidden) if with_entropy else torch.zeros_like(logp)
+        ctx.save_for_backward(hidden, weight, bias, targets, lse, entropy)
+        ctx.settings = (temperature, with_entropy, chunk_tokens, dtype)
+        return logp, entropy
+
+    @staticmethod
+    def backward(ctx, grad_logp, grad_entropy):
+        hidden, weight, bias, targets, lse, entropy = ctx.saved_tensors
+        temperature, with_entropy, chunk_tokens, dtype = ctx.settings
+        grad_hidden = torch.zeros_like(hidden) if ctx.needs_input_grad[0] else None
+        grad_weight = torch.zeros_like(weight, dtype=torch.float32) if ctx.needs_input_grad[1] else None
+        grad_bias = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device) if (
+            bias is not None and ctx.needs_input_grad[2]) else None
+        for rows in _row_chunks(len(targets), chunk_tokens):
+            h = hidden[rows]
+            # The gradient wrt the logits, (-g p + g at the target - g_H p (log p + H)) / T, built in place.
+            g = grad_logp[rows, None].float() / temperature
+            log_p = _chunk_logits(h, weight, bias, dtype, temperature).sub_(lse[rows, None])
+            if with_entropy:
+                p = log_p.exp()
+                grad = log_p.add_(entropy[rows, None]).mul_(p).mul_(-grad_entropy[rows, None].float() / temperature)
+                grad.sub_(p.mul_(g))
+            else:
+                grad = log_p.exp_().mul_(-g)
+            grad = grad.scatter_add_(-1, targets[rows, None], g).to(dtype)
+            if grad_hidden is not None:
+                grad_hidden[rows] = (grad @ weight.to(dtype)).to(hidden.dtype)
+            if grad_weight is not None:
+                grad_weight += grad.T @ h.to(dtype)
+            if grad_bias is not None:
+                grad_bias += grad.float().sum(0)
+        return (grad_hidden, None if grad_weight is None else grad_weight.to(weight.dtype),
+                None if grad_bias is None else grad_bias.to(bias.dtype), None, None, None, None, None)
+
+
+def _row_chunks(rows: int, chunk: int) -> list[slice]:
+    return [slice(start, min(start + chunk, rows)) for start in range(0, rows, chunk)]
+
+
+def _chunk_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype,
+                  temperature: float) -> torch.Tensor:
+    """Float32 logits / T of some rows, the matmul in `dtype`."""
+    logits = F.linear(hidden.to(dtype), weight.to(dtype), None if bias is None else bias.to(dtype)).float()
+    return logits.div_(temperature) if temperature != 1.0 else logits
+
+
+def _cat(pieces: list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+    return torch.cat(pieces) if pieces else torch.zeros(0, dtype=torch.float32, device=like.device)
 
 
 def _over_row_chunks(

@@ -14,10 +14,15 @@ timed too. `--architecture` builds a randomly initialised model of a published a
 1.5B model; the bench imports neither Ray nor MLflow, so such a machine needs only torch, transformers
 and pydantic. `--estimators grpo_multiturn,gae_multiturn` runs the same updates once per estimator, one after
 the other, and prints them side by side: what the critic of the GAE estimators costs (its value pass before
-the update, its own update, its memory).
+the update, its own update, its memory). `--logprob-chunks 0,1024` runs the same updates once per
+`learners.logprob_chunk_tokens` (0: log-probabilities through the full logits; N: from the hidden state, N scored
+tokens at a time) and prints them side by side, with each rank's peak memory. `--turns` and `--env-tokens` split
+the sampled tokens into turns with untrained tool/user tokens between them, as in a multi-turn episode.
 
     .venv/bin/python bench/learner.py --learners 2 --precision bfloat16       # CPU (2 gloo ranks)
     .venv/bin/python bench/learner.py --estimators grpo_multiturn,gae_multiturn   # the critic's cost
+    .venv/bin/python bench/learner.py --logprob-chunks 0,1024 --batch 16 --prompt 180 --turns 3 --response 30 \
+        --env-tokens 20 --gradient-checkpointing                  # the quickstart's batch, both scoring paths
     .venv/bin/python bench/learner.py --learners 1 --precision bfloat16 --batch 64 --prompt 1024 \\
         --response 1024 --micro-batch-tokens 16384 --architecture qwen2.5-0.5b # one GPU
 """
@@ -26,10 +31,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import socket
 import statistics
 import tempfile
+import threading
 import time
 
 # Published configurations (the models' config.json, sizes only): what FLOPs and memory depend on.
@@ -81,8 +86,9 @@ def matmul_peak(device, dtype, size: int, repeats: int) -> float:
     return 2 * size**3 / best
 
 
-def model_flops_per_update(model_config, rows: int, prompt: int, response: int) -> float:
-    """Training FLOPs (forward + backward) of one update over `rows` sequences of prompt + response tokens."""
+def model_flops_per_update(model_config, rows: int, seq: int, scored: int) -> float:
+    """Training FLOPs (forward + backward) of one update over `rows` sequences of `seq` tokens, `scored` of them
+    through the LM head."""
     from userrl.models import head_dim
 
     width, layers = model_config.hidden_size, model_config.num_hidden_layers
@@ -90,32 +96,62 @@ def model_flops_per_update(model_config, rows: int, prompt: int, response: int) 
     kv_width = model_config.num_key_value_heads * head_dim(model_config)
     per_layer = (2 * width * width + 2 * width * kv_width  # q, o and k, v projections
                  + 3 * width * model_config.intermediate_size)  # gated MLP
-    seq = prompt + response
     dense = 6 * layers * per_layer + 12 * layers * width * seq
-    head = 6 * vocab * width  # only on the positions from the first trained token on
-    return rows * (seq * dense + (response + 1) * head)
+    head = 6 * vocab * width  # the scored positions only
+    return rows * (seq * dense + scored * head)
 
 
-def _trajectories(rows: int, group: int, prompt: int, response: int, vocab: int, seed: int):
+class PeakRSS:
+    """The largest resident set size of this process while the `with` block runs, sampled every 5 ms."""
+
+    def __enter__(self) -> PeakRSS:
+        import psutil
+
+        self.peak, self._stop, process = 0, threading.Event(), psutil.Process()
+
+        def sample() -> None:
+            while not self._stop.is_set():
+                self.peak = max(self.peak, process.memory_info().rss)
+                self._stop.wait(0.005)
+
+        self._thread = threading.Thread(target=sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _trajectories(rows: int, group: int, prompt: int, response: int, vocab: int, seed: int, turns: int = 1,
+                  env_tokens: int = 0):
+    """`rows` episodes of random ids: a prompt, then `response` sampled tokens over `turns` turns with
+    `env_tokens` tool/user tokens after every turn but the last."""
     import random
 
     from userrl.trajectory import ROLE_IDS, Trajectory, TurnRecord
 
     rng = random.Random(seed)
+    sizes = [response // turns + (k < response % turns) for k in range(turns)]
     out = []
     for i in range(rows):
         t = Trajectory(uid=f"u{i}", group_id=f"g{i // group}", env_name="bench", item_key=f"g{i // group}",
-                       prompt_len=prompt, turn_starts=[prompt],
-                       turns=[TurnRecord(reward=float(i % 2), executed=True, n_sampled=response)])
+                       prompt_len=prompt)
         t.append([rng.randrange(vocab) for _ in range(prompt)], ROLE_IDS["user"])
-        t.append([rng.randrange(vocab) for _ in range(response)], ROLE_IDS["assistant"], sampled=True, turn=0,
-                 logprobs=[-1.0] * response)
+        for k, size in enumerate(sizes):
+            t.turn_starts.append(len(t.input_ids) - prompt)
+            t.append([rng.randrange(vocab) for _ in range(size)], ROLE_IDS["assistant"], sampled=True, turn=k,
+                     logprobs=[-1.0] * size)
+            if k < turns - 1:
+                t.append([rng.randrange(vocab) for _ in range(env_tokens)], ROLE_IDS["tool"], turn=k)
+            t.turns.append(TurnRecord(reward=float(i % 2) if k == turns - 1 else 0.0, executed=True,
+                                      n_sampled=size))
         out.append(t)
     return out
 
 
 def _rank(rank: int, world: int, port: int, model_path: str, args: argparse.Namespace, results,
-          estimator: str) -> None:
+          estimator: str, logprob_chunk: int) -> None:
     import torch
     import torch.distributed as dist
     from transformers import AutoConfig
@@ -137,29 +173,41 @@ def _rank(rank: int, world: int, port: int, model_path: str, args: argparse.Name
         "training": {"batch_size": args.batch // args.group, "group_size": args.group, "lr": 1e-6,
                      "micro_batch_tokens": args.micro_batch_tokens, "adv_estimator": estimator},
         "learners": {"num_learners": world, "precision": args.precision, "use_gpu": cuda,
-                     "gradient_checkpointing": args.gradient_checkpointing}})
+                     "gradient_checkpointing": args.gradient_checkpointing,
+                     "logprob_chunk_tokens": logprob_chunk}})
     dtype = torch.bfloat16 if args.precision == "bfloat16" else torch.float32
     dist.barrier()
     peak = matmul_peak(device, dtype, args.matmul_size or (8192 if cuda else 2048), 10 if cuda else 5)
     model_config = AutoConfig.from_pretrained(model_path)
     learner = Learner(model_path, config, model_config.pad_token_id or 0)  # synthetic ids: any pad will do
-    trajectories = _trajectories(args.batch, args.group, args.prompt, args.response, model_config.vocab_size, 0)
+    trajectories = _trajectories(args.batch, args.group, args.prompt, args.response, model_config.vocab_size, 0,
+                                 args.turns, args.env_tokens)
+    seq = len(trajectories[0].input_ids)
+    # Scored positions: the trained ones on the chunked path; from the first trained one on through the full logits.
+    scored = args.response if logprob_chunk else seq - args.prompt
     advantage_seconds = []
     for _ in range(2):  # with a critic: its forward pass over the batch and the all-gather of the values
         start = time.perf_counter()
         advantages, _, targets = learner.compute_advantages(trajectories)
         advantage_seconds.append(time.perf_counter() - start)
     seconds, metrics = [], {}
-    for step in range(args.warmup + args.updates):
-        if cuda:
-            torch.cuda.synchronize()
-        dist.barrier()
-        start = time.perf_counter()
-        metrics = learner.update(trajectories, advantages, targets)
-        if cuda:
-            torch.cuda.synchronize()
-        if step >= args.warmup:
-            seconds.append(time.perf_counter() - start)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    import psutil
+
+    rss_before = psutil.Process().memory_info().rss / 2**30
+    with PeakRSS() as update_rss:
+        for step in range(args.warmup + args.updates):
+            if cuda:
+                torch.cuda.synchronize()
+            dist.barrier()
+            start = time.perf_counter()
+            metrics = learner.update(trajectories, advantages, targets)
+            if cuda:
+                torch.cuda.synchronize()
+            if step >= args.warmup:
+                seconds.append(time.perf_counter() - start)
+    memory_gb = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
     gather = []
     for _ in range(2):
         start = time.perf_counter()
@@ -175,12 +223,13 @@ def _rank(rank: int, world: int, port: int, model_path: str, args: argparse.Name
         bucketed.append((time.perf_counter() - start, sent.timings))
     peaks, rss = [None] * world, [None] * world
     dist.all_gather_object(peaks, peak)
-    dist.all_gather_object(rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)  # KiB -> GiB
+    dist.all_gather_object(rss, (update_rss.peak / 2**30, rss_before))
     if rank == 0:
-        results.put({"peak": sum(peaks), "seconds": seconds, "advantage_seconds": advantage_seconds, "metrics": metrics, "gather": gather, "bucketed": bucketed[1:], "rss_gb": max(rss),
-                     "flops": model_flops_per_update(model_config, args.batch, args.prompt, args.response),
+        results.put({"peak": sum(peaks), "seconds": seconds, "advantage_seconds": advantage_seconds, "metrics": metrics, "gather": gather, "bucketed": bucketed[1:], "rss_gb": max(peak for peak, _ in rss),
+                     "rss_before_gb": max(before for _, before in rss),
+                     "flops": model_flops_per_update(model_config, args.batch, seq, scored),
                      "device": torch.cuda.get_device_name(0) if cuda else f"CPU, {os.cpu_count()} cores",
-                     "memory_gb": torch.cuda.max_memory_allocated() / 2**30 if cuda else None})
+                     "memory_gb": memory_gb})
     dist.destroy_process_group()
 
 
@@ -194,7 +243,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16, help="sequences per update")
     parser.add_argument("--group", type=int, default=4, help="rollouts per task (advantage groups)")
     parser.add_argument("--prompt", type=int, default=256)
-    parser.add_argument("--response", type=int, default=128)
+    parser.add_argument("--response", type=int, default=128, help="sampled (trained) tokens per sequence")
+    parser.add_argument("--turns", type=int, default=1, help="turns the sampled tokens are split into")
+    parser.add_argument("--env-tokens", type=int, default=0, help="tool/user tokens after each turn but the last")
     parser.add_argument("--micro-batch-tokens", type=int, default=2048)
     parser.add_argument("--gradient-checkpointing", action="store_true")
     parser.add_argument("--warmup", type=int, default=1)
@@ -203,9 +254,14 @@ def main() -> None:
     parser.add_argument("--cpu", action="store_true", help="stay on the CPU even where a GPU exists")
     parser.add_argument("--estimators", default="grpo_multiturn",
                         help="comma-separated training.adv_estimator values, run one after the other")
+    parser.add_argument("--logprob-chunks", default="1024",
+                        help="comma-separated learners.logprob_chunk_tokens values (0: full logits), run one "
+                        "after the other")
     args = parser.parse_args()
     if args.batch % args.group:
         parser.error("--batch must be a multiple of --group")
+    if not 1 <= args.turns <= args.response:
+        parser.error("--turns must be between 1 and --response")
     import torch
     import torch.multiprocessing as mp
 
@@ -221,30 +277,36 @@ def main() -> None:
     context = mp.get_context("spawn")
     runs = {}
     for estimator in args.estimators.split(","):
-        results = context.SimpleQueue()
-        mp.start_processes(_rank, args=(args.learners, _free_port(), model_path, args, results, estimator),
-                           nprocs=args.learners, join=True, start_method="spawn")
-        runs[estimator] = results.get()
+        for chunk in (int(c) for c in args.logprob_chunks.split(",")):
+            results = context.SimpleQueue()
+            mp.start_processes(_rank, args=(args.learners, _free_port(), model_path, args, results, estimator,
+                                            chunk), nprocs=args.learners, join=True, start_method="spawn")
+            runs[f"{estimator}, chunk {chunk}" if chunk else f"{estimator}, full logits"] = results.get()
     first = next(iter(runs.values()))
     print(f"\nmodel {args.model}, {first['device']}, torch {torch.__version__}; {args.batch} sequences x "
-          f"({args.prompt} prompt + {args.response} sampled) tokens per update, micro-batches of "
-          f"{args.micro_batch_tokens} tokens, {args.updates} timed updates after {args.warmup} warm-up\n")
-    print("| estimator | learners | precision | processed tokens/update | advantages s | s/update (median) | tokens/s "
-          "| model TFLOP/s | measured peak TFLOP/s | MFU | full-state gather s | peak RSS per rank GiB |")
+          f"({args.prompt} prompt + {args.response} sampled in {args.turns} turns + {args.env_tokens} tool tokens "
+          f"between turns) per update, micro-batches of {args.micro_batch_tokens} tokens, gradient checkpointing "
+          f"{'on' if args.gradient_checkpointing else 'off'}, {args.updates} timed updates after {args.warmup} "
+          "warm-up\n")
+    memory = "peak GPU memory in the updates GiB" if first["memory_gb"] is not None else (
+        "peak RSS per rank in the updates GiB")
+    print("| estimator, log-probabilities | learners | precision | processed tokens/update | advantages s "
+          f"| s/update (median) | tokens/s | model TFLOP/s | measured peak TFLOP/s | MFU | full-state gather s | {memory} |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     base = None
-    for estimator, r in runs.items():
+    for name, r in runs.items():
         median = statistics.median(r["seconds"])
         processed = r["metrics"]["processed_tokens"]
         achieved = r["flops"] / median  # the policy's FLOPs only: a critic's work shows as a lower MFU
-        print(f"| {estimator} | {args.learners} | {args.precision} | {processed:.0f} "
+        peak_memory = r["memory_gb"] if r["memory_gb"] is not None else r["rss_gb"]
+        print(f"| {name} | {args.learners} | {args.precision} | {processed:.0f} "
               f"| {min(r['advantage_seconds']):.2f} | {median:.2f} | {processed / median:.0f} "
               f"| {achieved / 1e12:.3f} | {r['peak'] / 1e12:.3f} | {achieved / r['peak']:.3f} "
-              f"| {statistics.median(r['gather']):.2f} | {r['rss_gb']:.2f} |")
-        base = base or (median + min(r["advantage_seconds"]), r["rss_gb"])
-        if (median + min(r["advantage_seconds"]), r["rss_gb"]) != base:
-            print(f"  {estimator} / {next(iter(runs))}: advantages + update time "
-                  f"{(median + min(r['advantage_seconds'])) / base[0]:.2f}x, peak RSS {r['rss_gb'] / base[1]:.2f}x")
+              f"| {statistics.median(r['gather']):.2f} | {peak_memory:.2f} |")
+        base = base or (median + min(r["advantage_seconds"]), peak_memory)
+        if (median + min(r["advantage_seconds"]), peak_memory) != base:
+            print(f"  {name} / {next(iter(runs))}: advantages + update time "
+                  f"{(median + min(r['advantage_seconds'])) / base[0]:.2f}x, peak memory {peak_memory / base[1]:.2f}x")
     for estimator, r in runs.items():
         phases = {k: statistics.median(t[k] for _, t in r["bucketed"]) for k in r["bucketed"][0][1]}
         print(f"\n{estimator}: weight sync's sending side without the wire (gather on the device + pack "
@@ -254,7 +316,7 @@ def main() -> None:
         print(f"{estimator}: update seconds {', '.join(f'{s:.2f}' for s in r['seconds'])}; "
               f"loss {r['metrics']['loss']:.4f}, grad norm {r['metrics']['grad_norm']:.3f}"
               + (f"; value loss {r['metrics']['critic/value_loss']:.4f}" if "critic/value_loss" in r["metrics"] else "")
-              + (f"; peak GPU memory {r['memory_gb']:.1f} GiB" if r["memory_gb"] is not None else ""))
+              + f"; RSS per rank before the updates {r['rss_before_gb']:.2f} GiB")
 
 
 if __name__ == "__main__":

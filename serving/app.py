@@ -37,9 +37,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from userrl.actors.policy_replica import PolicyReplica
 from userrl.config import ConfigError
 from userrl.engines.base import GenerationChunk, GenerationOutput
+from userrl.engines.select import announce_engine, resolve_engine
 from userrl.serving import protocol
 from userrl.serving.chat_engine import ChatEngine, Prepared
-from userrl.serving.config import ServeConfig, load_serve_config
+from userrl.serving.config import ServeConfig, check_engine_options, load_serve_config
 from userrl.serving.protocol import APIError
 
 log = logging.getLogger(__name__)
@@ -279,8 +280,8 @@ class Gateway:
         return JSONResponse(result)
 
 
-def model_deployment(config: ServeConfig, model_path: str, pad_token_id: int):
-    """The `model` deployment bound with the config's engine, replicas/autoscaling and resources."""
+def model_deployment(config: ServeConfig, model_path: str, pad_token_id: int, engine: str | None = None):
+    """The `model` deployment bound with the engine (default: the config's), replicas/autoscaling and resources."""
     options: dict[str, Any] = {"name": "model", "max_ongoing_requests": config.max_ongoing_requests,
                                "ray_actor_options": {"num_cpus": config.num_cpus_per_replica,
                                                      "num_gpus": config.num_gpus_per_replica}}
@@ -289,7 +290,7 @@ def model_deployment(config: ServeConfig, model_path: str, pad_token_id: int):
     else:
         options["num_replicas"] = config.num_replicas
     deployment = serve.deployment(PolicyReplica).options(**options)
-    return deployment.bind(model_path, engine=config.engine, dtype=config.dtype,
+    return deployment.bind(model_path, engine=engine or config.engine, dtype=config.dtype,
                            max_batch_size=config.max_batch_size, num_threads=config.num_threads,
                            pad_token_id=pad_token_id, max_model_len=config.max_model_len,
                            engine_options=config.engine_options or None)
@@ -313,8 +314,14 @@ def build_app(config: ServeConfig):
     from userrl.models import resolve_model
 
     model_path = resolve_model(config.model)
+    engine, reason = resolve_engine(config.engine, model_path, "engine", gpu=config.num_gpus_per_replica > 0)
+    try:
+        check_engine_options(engine, config.engine_options)
+    except ValueError as error:
+        raise ConfigError(f"engine={config.engine} runs hf here ({reason}): {error}") from None
+    announce_engine(engine, reason)
     pad = AutoTokenizer.from_pretrained(model_path).pad_token_id or 0
-    model = model_deployment(config, model_path, pad)
+    model = model_deployment(config, model_path, pad, engine)
     return Gateway.bind(config.model_dump(mode="json"), model_path, model, api_key_digest(config))
 
 

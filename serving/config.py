@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from userrl.config import ConfigError, HFSettings, apply_overrides, read_yaml_mapping
+from userrl.engines.select import EngineName
 
 
 class _Section(BaseModel):
@@ -35,9 +36,10 @@ class PlaySettings(_Section):
 class ServeConfig(_Section):
     """Everything `userrl serve` needs; every field has a default."""
 
-    model: str = Field("tiny-random", description="model folder (exported or checkpoint/model) or a model name")
+    model: str = Field("smollm2-135m", description="model folder (exported or checkpoint/model) or a model name")
     model_name: str | None = Field(None, description="id in /v1/models and requests (default: the folder name)")
-    engine: str = Field("hf", description="inference engine, built by userrl.actors.policy_replica.build_engine")
+    engine: EngineName = Field("auto", description="inference engine: auto (vllm where vLLM imports and supports "
+                               "the model, else hf; userrl/engines/select.py), hf or vllm")
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     engine_options: dict[str, Any] = Field(default_factory=dict, description="engine settings (as policy.hf or "
                                            "policy.vllm)")
@@ -65,14 +67,21 @@ class ServeConfig(_Section):
         if self.default_max_tokens >= self.max_model_len:
             raise ValueError(f"default_max_tokens ({self.default_max_tokens}) must be below max_model_len "
                              f"({self.max_model_len})")
-        if self.engine == "hf":
-            try:
-                HFSettings.model_validate(self.engine_options)
-            except ValidationError as error:
-                problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
-                raise ValueError(f"engine_options for the hf engine ({', '.join(HFSettings.model_fields)}): "
-                                 f"{problems}") from None
+        if self.engine == "hf":  # auto: checked once resolved (build_app)
+            check_engine_options("hf", self.engine_options)
         return self
+
+
+def check_engine_options(engine: str, options: dict[str, Any]) -> None:
+    """The hf engine's settings are typed and closed (vLLM's pass through); ValueError naming the bad ones."""
+    if engine != "hf":
+        return
+    try:
+        HFSettings.model_validate(options)
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+        raise ValueError(f"engine_options for the hf engine ({', '.join(HFSettings.model_fields)}): "
+                         f"{problems}") from None
 
 
 def _explain(error: ValidationError) -> str:

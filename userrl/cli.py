@@ -1,4 +1,5 @@
-"""`userrl` command line: train, sft, evaluate, train-user, evaluate-user, sweep, report, export, serve, play."""
+"""`userrl` command line: train, sft, evaluate, train-user, evaluate-user, sweep, report, export, serve, play,
+config show."""
 
 from __future__ import annotations
 
@@ -173,9 +174,30 @@ def cmd_play(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_config_show(args: argparse.Namespace) -> int:
+    """Print the resolved config (file, overrides and every default) as YAML."""
+    import yaml
+
+    config = load_config(args.config, args.overrides)
+    # Plain stdout, not the console: the YAML must come out exactly (no wrapping, no markup).
+    sys.stdout.write(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False, width=10_000))
+    return 0
+
+
+def package_version() -> str:
+    """The installed userrl's version."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("userrl")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `userrl` command."""
     parser = argparse.ArgumentParser(prog="userrl", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, func, help_text in [("train", cmd_train, "GRPO-multiturn training"),
                                   ("sft", cmd_sft, "supervised warm start only"),
@@ -237,6 +259,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve_parser.add_argument("--port", type=int, help="port (default: the config's, 8000)")
     serve_parser.add_argument("overrides", nargs="*", help="dotted overrides of the serving config, e.g. num_replicas=2")
     serve_parser.set_defaults(func=cmd_serve)
+
+    config_parser = sub.add_parser("config", help="inspect run configs")
+    config_sub = config_parser.add_subparsers(dest="config_command", required=True)
+    show_parser = config_sub.add_parser("show", help="print the resolved config (file + overrides + defaults) as YAML")
+    show_parser.add_argument("--config", help="YAML config file (default: every default)")
+    show_parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. policy.engine=hf")
+    show_parser.set_defaults(func=cmd_config_show)
     return parser
 
 

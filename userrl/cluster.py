@@ -19,9 +19,15 @@ def job_env_vars() -> dict[str, str]:
     Ray Train's controller polls its workers every RAY_TRAIN_HEALTH_CHECK_INTERVAL_S (Ray's default 2 s), and a
     fit's start and end wait for a few polls: 0.5 s takes about 6 s off every fit (bench/README "Ray Train's
     poll interval"), for one status call per worker per 0.5 s. A value in the driver's environment wins.
+
+    Ray Train's preemption watcher is off: it only hands a node-drain notice to the train function, which
+    userrl's does not read (a preempted learner is a failure like any other, `learners.max_failures`), and
+    its actor, restartable with the workers' handles as constructor arguments, makes Ray log an error line
+    at every fit (ray-project/ray#53727).
     """
     return {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "TOKENIZERS_PARALLELISM": "false",
-            "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": os.environ.get("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")}
+            "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": os.environ.get("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5"),
+            "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": os.environ.get("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")}
 
 
 def logging_config() -> ray.LoggingConfig:

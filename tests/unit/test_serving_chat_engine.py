@@ -155,9 +155,9 @@ def test_serving_config_errors_name_the_key(tmp_path):
         load_serve_config(tmp_path / "missing.yaml")
     with pytest.raises(ConfigError, match="max_model_len"):
         load_serve_config(None, ["max_model_len=100", "default_max_tokens=200"])
-    # The hf engine's options are checked when the config loads, not ignored.
+    # The hf engine's options are checked when the config loads (engine hf), not ignored.
     with pytest.raises(ConfigError, match="engine_options for the hf engine .*prefill_chunk_tokens.*chunk"):
-        load_serve_config(None, ["engine_options.chunk=128"])
+        load_serve_config(None, ["engine=hf", "engine_options.chunk=128"])
 
 
 def test_api_key_variable_must_be_set(monkeypatch):

@@ -122,6 +122,17 @@ class EpisodePlayer:
         return list(await asyncio.gather(*(play(spec) for spec in episodes)))
 
 
+def named_actors(replicas: list[Any]) -> list[Any]:
+    """Replicas as given: handles or in-process objects, or the names of named Ray actors (looked up here).
+
+    The EnvRunnerGroup passes names: a restartable actor whose constructor arguments hold actor handles makes
+    Ray log an error line at every start (ray-project/ray#53727), and a name is looked up again on a restart.
+    """
+    if not any(isinstance(replica, str) for replica in replicas):
+        return list(replicas)
+    return [ray.get_actor(replica) if isinstance(replica, str) else replica for replica in replicas]
+
+
 class EnvRunner(EpisodePlayer):
     """Plays episodes against policy replicas; each advances on its own (no barrier per turn), so the
     replicas always have work.
@@ -137,6 +148,7 @@ class EnvRunner(EpisodePlayer):
                  replica_wait_s: float = REPLICA_WAIT_S, user_format: str = "plain"):
         from transformers import AutoTokenizer
 
+        replicas, user_replicas = named_actors(replicas), named_actors(user_replicas or [])
         self.chat = ChatFormat(AutoTokenizer.from_pretrained(tokenizer_path), protocol)
         super().__init__(TokenPolicy(self.chat, self._generate), limits, env_kwargs, max_concurrent_episodes,
                          user_backend, make_user_client(user_backend, llm, user_replicas, user_tokenizer_path,

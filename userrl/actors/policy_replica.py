@@ -32,7 +32,15 @@ def restarted_by_ray() -> bool:
 
 def build_engine(engine: str, model_path: str, dtype: str, pad_token_id: int, max_batch_size: int = 32,
                  max_model_len: int = 2048, options: dict | None = None):
-    """Instantiate an engine by name (`options`: the engine's settings, `policy.hf` or `policy.vllm`)."""
+    """Instantiate an engine by name (`options`: the engine's settings, `policy.hf` or `policy.vllm`).
+
+    `auto` is resolved here (userrl.engines.select); the run's driver resolves it before it starts replicas,
+    so they get `hf` or `vllm` and the options that go with it.
+    """
+    if engine == "auto":
+        from userrl.engines.select import resolve_engine
+
+        engine = resolve_engine(engine, model_path)[0]
     if engine == "hf":
         from userrl.config import HFSettings
         from userrl.engines.hf import HFEngine
@@ -52,7 +60,7 @@ def build_engine(engine: str, model_path: str, dtype: str, pad_token_id: int, ma
 
         return VLLMEngine(model_path, dtype=dtype, max_model_len=max_model_len, max_num_seqs=max_batch_size,
                           **(options or {}))
-    raise ValueError(f"policy.engine={engine!r} is unknown; use 'hf' or 'vllm'")
+    raise ValueError(f"policy.engine={engine!r} is unknown; use 'auto', 'hf' or 'vllm'")
 
 
 class PolicyReplica:
