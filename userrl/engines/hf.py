@@ -63,14 +63,22 @@ class _AppendLayer(DynamicLayer):
     when full (each column is copied a few times in all), and `keys`/`values` are views of the filled part.
     """
 
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        super().lazy_initialization(key_states, value_states)
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
         self._length = 0
-        self._room_keys = self._room_values = key_states.new_empty(0)
+        self._room_keys: torch.Tensor | None = None
+        self._room_values: torch.Tensor | None = None
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor | None = None) -> None:
+        # Written out rather than delegated: transformers 4.56 takes the keys only, 5.x keys and values. Both
+        # read `keys` (4.56: None until initialised) or `is_initialized` (5.x) to tell an empty layer.
+        self.dtype, self.device = key_states.dtype, key_states.device
+        self.keys = self.values = self._room_keys = self._room_values = key_states.new_empty(0)
+        self.is_initialized = True
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
                ) -> tuple[torch.Tensor, torch.Tensor]:
-        if not self.is_initialized:
+        if self._room_keys is None:
             self.lazy_initialization(key_states, value_states)
         end = self._length + key_states.shape[-2]
         if self._length == 0 or end > self._room_keys.shape[-2]:
