@@ -96,8 +96,9 @@ class _LinearLogprobs(torch.autograd.Function):
     def forward(ctx, hidden, weight, bias, targets, temperature, with_entropy, chunk_tokens, dtype):
         logps, lses, entropies = [], [], []
         with torch.autocast(hidden.device.type, enabled=False):
+            w, b = _in_dtype(weight, bias, dtype)  # cast once, not per chunk
             for rows in _row_chunks(len(targets), chunk_tokens):
-                scaled = _chunk_logits(hidden[rows], weight, bias, dtype, temperature)
+                scaled = _chunk_logits(hidden[rows].to(dtype), w, b, temperature)
                 lse = torch.logsumexp(scaled, dim=-1)
                 logps.append(scaled.gather(-1, targets[rows, None]).squeeze(-1) - lse)
                 lses.append(lse)
@@ -117,11 +118,12 @@ class _LinearLogprobs(torch.autograd.Function):
         grad_weight = torch.zeros_like(weight, dtype=torch.float32) if ctx.needs_input_grad[1] else None
         grad_bias = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device) if (
             bias is not None and ctx.needs_input_grad[2]) else None
+        w, b = _in_dtype(weight, bias, dtype)
         for rows in _row_chunks(len(targets), chunk_tokens):
-            h = hidden[rows]
+            h = hidden[rows].to(dtype)
             # The gradient wrt the logits, (-g p + g at the target - g_H p (log p + H)) / T, built in place.
             g = grad_logp[rows, None].float() / temperature
-            log_p = _chunk_logits(h, weight, bias, dtype, temperature).sub_(lse[rows, None])
+            log_p = _chunk_logits(h, w, b, temperature).sub_(lse[rows, None])
             if with_entropy:
                 p = log_p.exp()
                 grad = log_p.add_(entropy[rows, None]).mul_(p).mul_(-grad_entropy[rows, None].float() / temperature)
@@ -130,9 +132,9 @@ class _LinearLogprobs(torch.autograd.Function):
                 grad = log_p.exp_().mul_(-g)
             grad = grad.scatter_add_(-1, targets[rows, None], g).to(dtype)
             if grad_hidden is not None:
-                grad_hidden[rows] = (grad @ weight.to(dtype)).to(hidden.dtype)
+                grad_hidden[rows] = (grad @ w).to(hidden.dtype)
             if grad_weight is not None:
-                grad_weight += grad.T @ h.to(dtype)
+                grad_weight += grad.T @ h
             if grad_bias is not None:
                 grad_bias += grad.float().sum(0)
         return (grad_hidden, None if grad_weight is None else grad_weight.to(weight.dtype),
@@ -143,10 +145,15 @@ def _row_chunks(rows: int, chunk: int) -> list[slice]:
     return [slice(start, min(start + chunk, rows)) for start in range(0, rows, chunk)]
 
 
-def _chunk_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype,
+def _in_dtype(weight: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype
+              ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    return weight.to(dtype), None if bias is None else bias.to(dtype)
+
+
+def _chunk_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                   temperature: float) -> torch.Tensor:
-    """Float32 logits / T of some rows, the matmul in `dtype`."""
-    logits = F.linear(hidden.to(dtype), weight.to(dtype), None if bias is None else bias.to(dtype)).float()
+    """Float32 logits / T of some rows (the matmul in the inputs' dtype)."""
+    logits = F.linear(hidden, weight, bias).float()
     return logits.div_(temperature) if temperature != 1.0 else logits
 
 
