@@ -38,8 +38,8 @@ $(VLLM_STAMP): $(STAMP)
 
 install-vllm: $(VLLM_STAMP)
 
-# The quickstart names the hf engine (experiments/quickstart.yaml says why), so it needs no vLLM.
-quickstart: $(STAMP)
+# The quickstart runs on the default engine (auto: vLLM where it installs).
+quickstart: $(STAMP) $(VLLM_STAMP)
 	RAY_AUTH_MODE=disabled $(VENV)/bin/userrl train --config experiments/quickstart.yaml
 
 # Debian's headless Chromium and its driver, for the /play page test; installed only when missing.

@@ -195,6 +195,14 @@ def group_statistics(
     }
 
 
+def groups_with_signal(group_ids: Sequence[str], advantages: Sequence[torch.Tensor]) -> list[int]:
+    """Indices (in order) of the trajectories whose group has a non-zero advantage anywhere (DAPO's filter)."""
+    if len(group_ids) != len(advantages):
+        raise ValueError(f"got {len(group_ids)} group ids but {len(advantages)} advantage rows")
+    teaching = {group for group, adv in zip(group_ids, advantages, strict=True) if bool(torch.any(adv != 0))}
+    return [index for index, group in enumerate(group_ids) if group in teaching]
+
+
 @dataclass
 class GRPOConfig:
     """Settings of the multi-turn GRPO estimator (spec 2.8); names are canonicalized on creation."""

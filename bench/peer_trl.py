@@ -287,7 +287,7 @@ def run_userrl(args: argparse.Namespace, model: str, data_root: Path | None, fol
               .training(iterations=args.steps, batch_size=args.prompts_per_step, group_size=args.group_size,
                         lr=args.lr, weight_decay=0.01, betas=(0.9, 0.999), grad_clip=1.0,
                         loss_agg_mode="token-mean", use_kl_loss=False, entropy_coeff=0.0, ppo_epochs=1,
-                        mini_batch_size=None, async_rollout=False)
+                        mini_batch_size=None, async_rollout=False, filter_groups=False)
               .sft(enabled=False)
               .learners(num_learners=args.learners, precision=args.precision,
                         gradient_checkpointing=args.gradient_checkpointing)

@@ -240,7 +240,7 @@ class FuzzCases:
         (("seed",), ["1", 1.5, True]),
         (("tools",), ["x", {}, 5, [5], ["f"]]),
         (("tool_choice",), [5, [], "required", {"type": "function", "function": {"name": "f"}}]),
-        (("logprobs",), ["yes", 1, True]),
+        (("logprobs",), ["yes", 1, [True]]),
         (("response_format",), ["json", {"type": "json_object"}]),
         (("user",), [5]), (("metadata",), [{"a": 1}, "x"]), (("logit_bias",), [{"50256": -100}, "x"]),
     ]
@@ -258,9 +258,9 @@ class FuzzCases:
         ("max_tokens", ["0", "-1", "-9223372036854775808", "100000", "1e30", "18446744073709551616",
                         "99999999999999999999999999999999999999"]),
         ("max_completion_tokens", ["0", "-5", "10000000000000000000000000"]),
-        ("n", ["0", "-1", "2", "1000000", "1000000000000000000000000000000"]),
+        ("n", ["0", "-1", "9", "1000000", "1000000000000000000000000000000"]),  # at most MAX_N = 8
         ("seed", ["9223372036854775808", "-9223372036854775809", "1" + "0" * 40, "-1" + "0" * 40]),
-        ("top_logprobs", ["21", "-1", "5"]),
+        ("top_logprobs", ["21", "-1", "5"]),  # any above 0: only the sampled tokens' logprobs
         ("presence_penalty", ["2.5", "-3", "1"]), ("frequency_penalty", ["1e999", "-2.0001"]),
     ]
 

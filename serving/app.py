@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -39,7 +39,7 @@ from userrl.config import ConfigError
 from userrl.engines.base import GenerationChunk, GenerationOutput
 from userrl.engines.select import announce_engine, resolve_engine
 from userrl.serving import protocol
-from userrl.serving.chat_engine import ChatEngine, Prepared
+from userrl.serving.chat_engine import ChatEngine, Prepared, Reply
 from userrl.serving.config import ServeConfig, check_engine_options, load_serve_config
 from userrl.serving.protocol import APIError
 
@@ -85,6 +85,32 @@ async def _server_error(request: Request, error: Exception) -> JSONResponse:
 
 def _sse(payload: dict[str, Any] | str) -> str:
     return f"data: {payload if isinstance(payload, str) else json.dumps(payload)}\n\n"
+
+
+T = TypeVar("T")
+
+
+async def merge_streams(streams: list[AsyncIterator[T]]) -> AsyncIterator[T]:
+    """The items of several async generators in the order they come; an error in one ends the merge (and
+    is raised), and ending the merge closes every generator, so each runs its `finally`."""
+    pending = {asyncio.ensure_future(anext(stream)): stream for stream in streams}
+    try:
+        while pending:
+            done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                stream = pending.pop(task)
+                try:
+                    item = task.result()
+                except StopAsyncIteration:
+                    continue
+                pending[asyncio.ensure_future(anext(stream))] = stream
+                yield item
+    finally:
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        for stream in streams:
+            await stream.aclose()
 
 
 @serve.deployment(name="gateway", num_replicas=1, max_ongoing_requests=256, ray_actor_options={"num_cpus": 0.5})
@@ -175,62 +201,97 @@ class Gateway:
             return _error(error)
         prompt_tokens = len(prepared.request.prompt_ids)
         id_ = protocol.completion_id()
+        # Each choice is a request of its own to the model deployment, all sent at once: a replica decodes
+        # them in one batch, and Serve counts every one against max_ongoing_requests and autoscaling.
+        requests = prepared.requests()
         if body.stream:
             usage = body.stream_options is not None and body.stream_options.include_usage
-            tokens = self.model.options(stream=True).generate_stream.remote(prepared.request)
+            streams = [self.model.options(stream=True).generate_stream.remote(r) for r in requests]
             try:
-                # The first chunk is awaited here, so that a replica failing at once is a 500 as without
+                # The first chunks are awaited here, so that a replica failing at once is a 500 as without
                 # streaming, not a stream that breaks off after its 200.
-                first = await tokens.__anext__()
+                firsts = await asyncio.gather(*(tokens.__anext__() for tokens in streams))
             except BaseException:
-                tokens.cancel()
+                for tokens in streams:
+                    tokens.cancel()
                 raise
-            return StreamingResponse(self._stream(id_, prepared, first, tokens, prompt_tokens, usage),
+            choices = [self._stream_choice(i, id_, prepared, first, tokens)
+                       for i, (first, tokens) in enumerate(zip(firsts, streams, strict=True))]
+            return StreamingResponse(self._stream(id_, choices, streams, prompt_tokens, usage),
                                      media_type="text/event-stream")
-        output = await self._generate(prepared.request)
-        reply = self.engine.reply(prepared, output)
-        return JSONResponse(protocol.chat_completion(id_, self.model_name, reply.content, reply.tool_calls,
-                                                     reply.finish_reason, prompt_tokens, reply.completion_tokens))
-
-    async def _stream(self, id_: str, prepared: Prepared, first: GenerationChunk, tokens: DeploymentResponseGenerator,
-                      prompt_tokens: int, usage: bool) -> AsyncIterator[str]:
-        # Content deltas leave as the replica samples tokens (OpenAI's wire format: role chunk, content
-        # deltas, tool_calls once the whole text is parsed, finish chunk, usage, [DONE]).
-        created = int(time.time())
-        replies = self.engine.stream(prepared)
-        output = None
-        yield _sse(protocol.chunk(id_, self.model_name, created, {"role": "assistant", "content": ""}))
+        calls = [asyncio.ensure_future(self._generate(r)) for r in requests]
         try:
-            chunk: GenerationChunk | None = first
-            while chunk is not None:
-                delta = replies.push(chunk.token_ids)
-                if delta:
-                    yield _sse(protocol.chunk(id_, self.model_name, created, {"content": delta}))
-                output = chunk.output
-                if replies.stopped:  # a stop string: the replica may stop decoding this request
-                    break
-                chunk = await anext(tokens, None)
+            outputs = await asyncio.gather(*calls)
+        finally:
+            for call in calls:  # after one choice failed, the others' rows stop
+                call.cancel()
+        replies = [self.engine.reply(prepared, output) for output in outputs]
+        choices = [protocol.choice(i, r.content, r.tool_calls, r.finish_reason, r.logprobs)
+                   for i, r in enumerate(replies)]
+        return JSONResponse(protocol.chat_completion(id_, self.model_name, choices, prompt_tokens,
+                                                     sum(r.completion_tokens for r in replies)))
+
+    async def _stream(self, id_: str, choices: list[AsyncIterator[dict[str, Any] | Reply]],
+                      streams: list[DeploymentResponseGenerator], prompt_tokens: int,
+                      usage: bool) -> AsyncIterator[str]:
+        # OpenAI's wire format: each choice's chunks (`_stream_choice`) as they come, choices interleaved,
+        # then usage (the prompt once, the choices' completion tokens summed), then [DONE].
+        completion_tokens = 0
+        try:
+            async for item in merge_streams(choices):
+                if isinstance(item, Reply):
+                    completion_tokens += item.completion_tokens
+                else:
+                    yield _sse(item)
         except Exception as error:  # noqa: BLE001 - the 200 is sent: the failure goes in the stream
             log.exception("streamed generation failed")
             yield _sse(APIError(500, f"the model failed while streaming ({type(error).__name__}); see the "
                                 "server log", type_="server_error", code="internal_error").body())
             return
         finally:
+            # A client gone stops every choice's row now: without an await, which a cancelled task may not get.
+            for tokens in streams:
+                tokens.cancel()
+        if usage:
+            yield _sse(protocol.chunk(id_, self.model_name, int(time.time()), {},
+                                      usage=protocol.usage(prompt_tokens, completion_tokens)))
+        yield _sse("[DONE]")
+
+    async def _stream_choice(self, index: int, id_: str, prepared: Prepared, first: GenerationChunk,
+                             tokens: DeploymentResponseGenerator) -> AsyncIterator[dict[str, Any] | Reply]:
+        """One choice's chunks while the replica samples its tokens (role, content deltas, tool_calls once
+        the whole text is parsed, finish with the logprobs), then its Reply."""
+        created = int(time.time())
+        replies = self.engine.stream(prepared)
+        output = None
+
+        def chunk(delta: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+            return protocol.chunk(id_, self.model_name, created, delta, index=index, **kwargs)
+
+        yield chunk({"role": "assistant", "content": ""})
+        try:
+            part: GenerationChunk | None = first
+            while part is not None:
+                delta = replies.push(part.token_ids)
+                if delta:
+                    yield chunk({"content": delta})
+                output = part.output
+                # A stop string: the replica may stop decoding this row, unless the logprobs are wanted
+                # (they come with the replica's whole output only).
+                if replies.stopped and not prepared.logprobs:
+                    break
+                part = await anext(tokens, None)
+        finally:
             tokens.cancel()  # no-op once the replica's generator has finished; else its row stops
         if output is None:  # ended by a stop string before the replica finished
             output = GenerationOutput(replies.token_ids, [], "stop")
         rest, reply = replies.finish(output)
         if rest:
-            yield _sse(protocol.chunk(id_, self.model_name, created, {"content": rest}))
+            yield chunk({"content": rest})
         if reply.tool_calls:
-            calls = [{"index": i, **call} for i, call in enumerate(reply.tool_calls)]
-            yield _sse(protocol.chunk(id_, self.model_name, created, {"tool_calls": calls}))
-        yield _sse(protocol.chunk(id_, self.model_name, created, {}, reply.finish_reason))
-        if usage:
-            yield _sse(protocol.chunk(id_, self.model_name, created, {}, usage={
-                "prompt_tokens": prompt_tokens, "completion_tokens": reply.completion_tokens,
-                "total_tokens": prompt_tokens + reply.completion_tokens}))
-        yield _sse("[DONE]")
+            yield chunk({"tool_calls": [{"index": i, **call} for i, call in enumerate(reply.tool_calls)]})
+        yield chunk({}, finish_reason=reply.finish_reason, logprobs=reply.logprobs)
+        yield reply
 
     # ---- playground
 

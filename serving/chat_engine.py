@@ -10,10 +10,11 @@ training: `tool_call` with `tools=[TOOL_SCHEMA]`; `native_tools` with the gym's 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from userrl.chat import (
@@ -30,7 +31,7 @@ from userrl.chat import (
 from userrl.chat_template import tool_chat_template
 from userrl.commands.export import USERRL_META
 from userrl.engines.base import GenerationOutput, GenerationRequest
-from userrl.serving.protocol import APIError, ChatCompletionRequest, ToolCall
+from userrl.serving.protocol import APIError, ChatCompletionRequest, ToolCall, logprob_entry
 
 log = logging.getLogger(__name__)
 
@@ -71,13 +72,54 @@ def max_token_bytes(tokenizer: Any) -> int | None:
                for token in tokenizer.get_vocab()) or None
 
 
+def choice_seed(seed: int | None, index: int) -> int | None:
+    """The seed choice `index` of a request samples with: the request's for choice 0, then int64 seeds
+    derived from (seed, index), so that the choices differ and a request sent again replays them all."""
+    if seed is None or index == 0:
+        return seed
+    digest = hashlib.blake2b(f"{seed}/{index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def token_texts(tokenizer: Any, token_ids: list[int]) -> list[str]:
+    """The text each token adds to the decoded reply (special tokens skipped, as in the reply): they join
+    to the reply's text. A token that ends inside a multi-byte character adds "", and the one completing
+    it the whole character (as vLLM's server reports them); OpenAI's per-token `bytes` need the text.
+
+    Each token is decoded after the previous one's group only, not after the whole reply (linear time),
+    which sees what depends on a neighbour: a leading-space marker, spaces cleaned up before punctuation.
+    """
+    def decode(ids: list[int]) -> str:
+        return tokenizer.decode(ids, skip_special_tokens=True)
+
+    texts: list[str] = []
+    start = done = 0  # the previous group of tokens that gave text, [start, done)
+    for k in range(len(token_ids)):
+        before, after = decode(token_ids[start:done]), decode(token_ids[start:k + 1])
+        if after.endswith("\ufffd") or not after.startswith(before):  # a character still incomplete: wait
+            texts.append("")
+            continue
+        texts.append(after[len(before):])
+        start, done = done, k + 1
+    if done < len(token_ids):  # text never completed (a real U+FFFD, an incomplete character at the end)
+        before = decode(token_ids[start:done])
+        texts[-1] = decode(token_ids[start:])[len(before):]
+    return texts
+
+
 @dataclass
 class Prepared:
-    """A validated request turned into engine input."""
+    """A validated request turned into engine input: `request` is choice 0's, `requests()` every choice's."""
 
     request: GenerationRequest
     tool_names: list[str] = field(default_factory=list)
     stop: list[str] = field(default_factory=list)
+    n: int = 1
+    logprobs: bool = False
+
+    def requests(self) -> list[GenerationRequest]:
+        """One engine request per choice, each with its own seed (`choice_seed`)."""
+        return [replace(self.request, seed=choice_seed(self.request.seed, i)) for i in range(self.n)]
 
 
 @dataclass
@@ -89,6 +131,8 @@ class Reply:
     tool_calls: list[dict[str, Any]]
     finish_reason: str
     completion_tokens: int
+    #: OpenAI's `logprobs.content` entries of the tokens of `text`, when the request asked for them.
+    logprobs: list[dict[str, Any]] | None = None
 
 
 class ChatEngine:
@@ -179,7 +223,7 @@ class ChatEngine:
             top_p=1.0 if request.top_p is None else request.top_p, seed=request.seed,
             stop_token_ids=self.chat.stop_token_ids,
         )
-        return Prepared(generation, names, list(request.stop or []))
+        return Prepared(generation, names, list(request.stop or []), request.n or 1, bool(request.logprobs))
 
     # ---- generated ids -> reply
 
@@ -193,7 +237,21 @@ class ChatEngine:
         content, calls = (text, []) if not prepared.tool_names else self.parse_tool_calls(text, prepared.tool_names)
         if calls:
             finish = "tool_calls"
-        return Reply(text, content, calls, finish, len(output.token_ids))
+        logprobs = self.logprob_content(output, len(text) if cuts else None) if prepared.logprobs else None
+        return Reply(text, content, calls, finish, len(output.token_ids), logprobs)
+
+    def logprob_content(self, output: GenerationOutput, cut: int | None = None) -> list[dict[str, Any]]:
+        """OpenAI `logprobs.content` of a reply: an entry per sampled token, whose texts join to the reply's
+        text; a stop string at character `cut` keeps the tokens before it, the last one's text cut there."""
+        entries, at = [], 0
+        for text, logprob in zip(token_texts(self.tokenizer, output.token_ids), output.logprobs, strict=True):
+            if cut is not None:
+                if at >= cut:
+                    break
+                text = text[: cut - at]
+            entries.append(logprob_entry(text, logprob))
+            at += len(text)
+        return entries
 
     def parse_tool_calls(self, text: str, tool_names: list[str]) -> tuple[str | None, list[dict[str, Any]]]:
         """(remaining content or None, OpenAI tool_calls) of one assistant message in this model's protocol."""

@@ -20,6 +20,10 @@ from pydantic import (
 
 #: OpenAI's `seed` is a signed 64-bit integer; torch's generators take no wider value.
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+#: Most choices one request may ask for: each is a row of a replica's batch, so one request cannot fill it.
+MAX_N = 8
+#: The lowest log-probability sent (vLLM's server clamps them so too): JSON has no -inf.
+MIN_LOGPROB = -9999.0
 
 
 class APIError(Exception):
@@ -139,9 +143,10 @@ class ChatCompletionRequest(_Lenient):
     seed: int | None = Field(None, ge=INT64_MIN, le=INT64_MAX)
     tools: list[ToolSpec] | None = None
     tool_choice: str | dict[str, Any] | None = None
-    # Defined by OpenAI and not implemented here: accepted at their no-op values only, so a client that asks
-    # for log-probs, a JSON reply or penalties learns it does not get them instead of silently not getting them.
     logprobs: bool | None = None
+    # Defined by OpenAI and not implemented here: accepted at their no-op values only, so a client that asks
+    # for alternatives' log-probs, a JSON reply or penalties learns it does not get them instead of silently
+    # not getting them.
     top_logprobs: int | None = Field(None, ge=0, le=20)
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
@@ -153,9 +158,9 @@ class ChatCompletionRequest(_Lenient):
 
     @field_validator("n")
     @classmethod
-    def _one_choice(cls, n: int | None) -> int | None:
-        if n is not None and n != 1:
-            raise ValueError("only n=1 is supported; send several requests for several samples")
+    def _few_choices(cls, n: int | None) -> int | None:
+        if n is not None and n > MAX_N:
+            raise ValueError(f"n is at most {MAX_N} on this server; send several requests for more samples")
         return n
 
     @field_validator("stop")
@@ -173,7 +178,7 @@ class ChatCompletionRequest(_Lenient):
             raise ValueError("only tool_choice 'auto' (the default) and 'none' are supported")
         return choice
 
-    @field_validator("logprobs", "top_logprobs", "presence_penalty", "frequency_penalty")
+    @field_validator("top_logprobs", "presence_penalty", "frequency_penalty")
     @classmethod
     def _not_implemented(cls, value: Any, info: ValidationInfo) -> Any:
         if value:
@@ -264,26 +269,46 @@ def completion_id() -> str:
     return f"chatcmpl-{uuid.uuid4().hex[:24]}"
 
 
-def chat_completion(id_: str, model: str, content: str | None, tool_calls: list[dict[str, Any]] | None,
-                    finish_reason: str, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
-    """A non-streaming `chat.completion` object."""
+def logprob_entry(token: str, logprob: float) -> dict[str, Any]:
+    """One entry of a choice's `logprobs.content`: a sampled token's text, bytes and log-probability."""
+    return {"token": token, "logprob": max(logprob, MIN_LOGPROB), "bytes": list(token.encode("utf-8")),
+            "top_logprobs": []}
+
+
+def _logprobs(entries: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+    return None if entries is None else {"content": entries}
+
+
+def choice(index: int, content: str | None, tool_calls: list[dict[str, Any]] | None, finish_reason: str,
+           logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One entry of a `chat.completion`'s choices (`logprobs`: the `logprob_entry`s when they were asked for)."""
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if tool_calls:
         message["tool_calls"] = tool_calls
-    return {
-        "id": id_, "object": "chat.completion", "created": int(time.time()), "model": model,
-        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason, "logprobs": None}],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                  "total_tokens": prompt_tokens + completion_tokens},
-    }
+    return {"index": index, "message": message, "finish_reason": finish_reason,
+            "logprobs": _logprobs(logprobs)}
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    """The `usage` object: the prompt counted once, the completion tokens of all choices summed."""
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def chat_completion(id_: str, model: str, choices: list[dict[str, Any]], prompt_tokens: int,
+                    completion_tokens: int) -> dict[str, Any]:
+    """A non-streaming `chat.completion` object."""
+    return {"id": id_, "object": "chat.completion", "created": int(time.time()), "model": model,
+            "choices": choices, "usage": usage(prompt_tokens, completion_tokens)}
 
 
 def chunk(id_: str, model: str, created: int, delta: dict[str, Any], finish_reason: str | None = None,
-          usage: dict[str, int] | None = None) -> dict[str, Any]:
-    """One `chat.completion.chunk` (an empty choices list when it only carries usage)."""
+          usage: dict[str, int] | None = None, *, index: int = 0,
+          logprobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One `chat.completion.chunk` of choice `index` (an empty choices list when it only carries usage)."""
     body: dict[str, Any] = {"id": id_, "object": "chat.completion.chunk", "created": created, "model": model,
-                            "choices": [] if usage else [{"index": 0, "delta": delta, "finish_reason": finish_reason,
-                                                          "logprobs": None}]}
+                            "choices": [] if usage else [{"index": index, "delta": delta, "finish_reason": finish_reason,
+                                                          "logprobs": _logprobs(logprobs)}]}
     if usage:
         body["usage"] = usage
     return body

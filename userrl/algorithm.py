@@ -105,6 +105,18 @@ def _result_key(result: dict[str, Any]) -> tuple[Any, ...]:
     return result["phase"], result.get("iteration", 0)
 
 
+def progress_event(message: dict[str, Any], iterations: int) -> dict[str, Any] | None:
+    """A learners' message as a progress event {"of": "sft" | "rl" | "eval", "done", "total"}, or None."""
+    phase = message["phase"]
+    if phase == "progress":
+        return {key: message[key] for key in ("of", "done", "total")}
+    if phase == "sft":
+        return {"of": "sft", "done": message["sft/step"], "total": message["sft/steps"]}
+    if phase in ("start", "rl"):  # a (re)start goes on from its checkpoint's iteration
+        return {"of": "rl", "done": message["iteration"], "total": iterations}
+    return None
+
+
 def learner_resources(config: UserRLConfig) -> dict[str, float]:
     """Ray resources of one learner (Ray Train reserves a whole GPU per worker unless told otherwise)."""
     lc = config.learners
@@ -128,9 +140,11 @@ class GRPOMultiTurn:
         self.env_runner_group = EnvRunnerGroup(config, self.model_path)
 
     def fit(self, on_result: Callable[[dict[str, Any]], None] | None = None,
-            tracker: MLflowTracker | None = None) -> list[dict[str, Any]]:
+            tracker: MLflowTracker | None = None,
+            on_progress: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
         """Train for `training.iterations`; returns one result per iteration (SFT steps are passed to
-        `on_result` only). `tracker` defaults to a new MLflow run of this config."""
+        `on_result` only). `tracker` defaults to a new MLflow run of this config. `on_progress` gets each
+        `progress_event` (re-runs after a learner restart included), for bars (userrl/progress.py)."""
         config = self.config
         tracker = tracker or MLflowTracker(config)
         # No CPU (it must fit a Tune trial's bundles), and on this process's node: a queue placed on a node
@@ -168,6 +182,10 @@ class GRPOMultiTurn:
                 try:
                     result = results_queue.get(timeout=1.0)
                 except queue_lib.Empty:
+                    continue
+                if on_progress and (event := progress_event(result, config.training.iterations)):
+                    on_progress(event)
+                if result["phase"] == "progress":  # for on_progress only: neither a result nor a metric
                     continue
                 if result["phase"] == "start":  # the learner group (re)started; a second start is a restart
                     starts += 1

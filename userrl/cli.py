@@ -10,11 +10,13 @@ import os
 import signal
 import sys
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
 
 from userrl.config import ConfigError, UserRLConfig, load_config
+from userrl.progress import progress_bars
 
 console = Console()
 
@@ -46,6 +48,22 @@ def _progress(result: dict[str, Any]) -> None:
     )
 
 
+#: fit's progress events (userrl/algorithm.py `progress_event`): the bar's label, and whether the work
+#: begins with the bar (an SFT bar appears at the first step, an evaluation's as it starts; the iterations'
+#: bar at the learners' start, so its rate leaves out loading, SFT and the first evaluation).
+_BARS = {"sft": ("sft steps", True), "rl": ("iterations", False), "eval": ("eval episodes", True)}
+
+
+def _fit(algo: Any, on_result: Callable[[dict[str, Any]], None]) -> list[dict[str, Any]]:
+    """`algo.fit` with its progress lines, and progress bars under them when stdout is a terminal."""
+    with progress_bars(console) as bars:
+        def on_progress(event: dict[str, Any]) -> None:
+            label, rate_from_now = _BARS[event["of"]]
+            bars.update(label, event["done"], event["total"], rate_from_now=rate_from_now)
+
+        return algo.fit(on_result=on_result, on_progress=on_progress)
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     """Train with GRPO-multiturn (optionally after an SFT warm start)."""
     from userrl.algorithm import GRPOMultiTurn
@@ -61,7 +79,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         _progress(result)
 
     try:
-        results = algo.fit(on_result=on_result)
+        results = _fit(algo, on_result)
         checkpoints = [r["checkpoint"] for r in results if r.get("checkpoint")]
         console.print(f"\n[green]done[/]: {len(results)} iterations")
         _print_curve(seen, config)
@@ -107,7 +125,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
     config = sft_config(args.config, args.overrides)
     algo = GRPOMultiTurn(config)
     try:
-        algo.fit(on_result=_progress)
+        _fit(algo, _progress)
         from userrl.train_loop import checkpoint_path
 
         console.print(f"[green]done[/]: SFT checkpoint {checkpoint_path(config, 0)}")

@@ -403,6 +403,11 @@ class TrainingConfig(_Section):
     rollout_filter_ratio: float = Field(
         1.0, gt=0, le=1, description="StarPO-S (RAGEN): keep this fraction of the task groups, those whose "
         "episode returns vary most (population std), for the update; 1 = keep all.")
+    filter_groups: bool = Field(
+        False, description="Leave the task groups whose advantages are all zero out of the update (GRPO: every "
+        "episode scored the same), like DAPO's dynamic sampling without drawing more groups: the update's time "
+        "and its token mean go to the groups that teach; none left = no update that iteration. With a critic "
+        "the advantages are seldom all zero, so it seldom leaves anything out.")
     format_penalty: float = Field(
         0.0, le=0, description="Added to the reward of a turn that ended the episode without a well-formed "
         "action (stop reason no_tool_call), for the advantages only (RAGEN's format penalty, e.g. -0.1); 0 = off.")

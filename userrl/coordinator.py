@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -218,6 +218,8 @@ class RolloutCoordinator:
         self.group = group
         self.train_tasks: TaskSource = make_task_source(config)
         self.group_scorer = make_group_scorer(config)
+        #: Told (done, total) as evaluation episodes finish (the driver's progress bar, userrl/progress.py).
+        self.eval_progress: Callable[[int, int], None] | None = None
 
     def launch(self, specs: list[EpisodeSpec], seed: int, temperature: float | None = None,
                iteration: int | None = None) -> PendingRollout:
@@ -263,7 +265,8 @@ class RolloutCoordinator:
         tasks = TaskMixture(self.config, split=split).first(num_tasks)
         start = time.perf_counter()
         specs = episode_specs(tasks, 1, "eval")
-        trajectories = self.group.play(specs, seed=self.config.experiment.seed, temperature=temperature)
+        trajectories = self.group.play(specs, seed=self.config.experiment.seed, temperature=temperature,
+                                       on_progress=self.eval_progress)
         seconds = time.perf_counter() - start
         scored = self.group_scorer.score(specs, trajectories, evaluation=True) if self.group_scorer else {}
         metrics = rollout_metrics(trajectories, seconds, prefix="eval", protocol=self.config.env.protocol)

@@ -15,7 +15,7 @@ import logging
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import ray
@@ -180,10 +180,19 @@ class EnvRunnerGroup:
         """One chunk per runner (episodes dealt round-robin), for a batch played all at once."""
         return [share for i in range(len(self.runners)) if (share := specs[i::len(self.runners)])]
 
-    def play(self, specs: list[EpisodeSpec], seed: int, temperature: float | None = None) -> list[Trajectory]:
-        """Play episodes on the runners and return their trajectories in the order of `specs`."""
+    def play(self, specs: list[EpisodeSpec], seed: int, temperature: float | None = None,
+             on_progress: Callable[[int, int], None] | None = None) -> list[Trajectory]:
+        """Play episodes on the runners and return their trajectories in the order of `specs`.
+
+        `on_progress(done, total)` is called at the start and as each runner's share finishes."""
         chunks = self.split(specs)
-        by_uid = {t.uid: t for t in self.launch(chunks, [seed] * len(chunks), temperature).gather()}
+        by_uid: dict[str, Trajectory] = {}
+        if on_progress:
+            on_progress(0, len(specs))
+        for _, trajectories in self.launch(chunks, [seed] * len(chunks), temperature):
+            by_uid.update((t.uid, t) for t in trajectories)
+            if on_progress:
+                on_progress(len(by_uid), len(specs))
         return [by_uid[spec.uid] for spec in specs]
 
     @property

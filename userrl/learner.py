@@ -51,7 +51,7 @@ from userrl.algorithms.loss import aggregation_count
 from userrl.batch import TensorBatch, collate, plan_micro_batches
 from userrl.config import UserRLConfig
 from userrl.trajectory import Trajectory
-from userrl.weight_sync import GatheredWeights, tensor_metadata
+from userrl.weight_sync import GatheredWeights, dtype_name
 
 #: The files a critic adds to a checkpoint folder: its weights (a Hugging Face token-classification folder
 #: with one label, the value head) and its optimizer state.
@@ -519,25 +519,30 @@ class Learner:
         state = get_model_state_dict(self.model, options=_FULL)
         return state if self.rank == 0 else None
 
-    def gathered_weights(self) -> GatheredWeights:
+    def gathered_weights(self, dtype: torch.dtype | None = None) -> GatheredWeights:
         """The policy's full weights, one tensor at a time (collective: every rank iterates to the end).
 
         Each tensor is all-gathered from its FSDP2 shards when it is reached, on the learner's device (so
         NCCL can broadcast it from the GPU), and the whole model is never held at once. Tied weights are
-        sent once (the engine re-ties its head).
+        sent once (the engine re-ties its head). `dtype`: floating-point tensors are sent in it (the
+        replicas' weight dtype: a bfloat16 replica gets half the bytes, rounded here as it would round them).
         """
         sharded = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=False))
         # A tied parameter is listed once by named_parameters (the same on every rank), twice in the state dict.
         own = {name for name, _ in self.model.named_parameters()} | {name for name, _ in self.model.named_buffers()}
         names = [name for name in sharded if name in own]
 
+        def sent_dtype(tensor: torch.Tensor) -> torch.dtype:
+            return dtype if dtype is not None and tensor.is_floating_point() else tensor.dtype
+
         def tensors():
             for name in names:
                 tensor = sharded[name]
                 full = tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
-                yield name, full.detach()
+                yield name, full.detach().to(sent_dtype(full))
 
-        return GatheredWeights(tensor_metadata((n, sharded[n]) for n in names), tensors(), self.device)
+        metadata = [(n, tuple(sharded[n].shape), dtype_name(sent_dtype(sharded[n]))) for n in names]
+        return GatheredWeights(metadata, tensors(), self.device)
 
     def save_checkpoint(self, path: Path, meta: dict[str, Any], tokenizer: Any,
                         documents: Mapping[str, Any] | None = None) -> None:

@@ -23,16 +23,17 @@ from typing import Any
 import psutil
 import ray
 import ray.train
+import torch
 import torch.distributed as dist
 from transformers import AutoTokenizer
 
-from userrl.algorithms import high_variance_groups
+from userrl.algorithms import groups_with_signal, high_variance_groups
 from userrl.chat import ChatFormat
 from userrl.config import UserRLConfig
 from userrl.coordinator import PendingRollout, RolloutCoordinator, restore_task_source, task_source_documents
 from userrl.envs import Task
 from userrl.faults import FaultInjector
-from userrl.learner import CRITIC_DIR, Learner
+from userrl.learner import CRITIC_DIR, Learner, ValueTargets
 from userrl.sft import file_demonstrations, solver_demonstrations, user_reply_demonstrations, within_length
 from userrl.trajectory import Trajectory
 
@@ -120,6 +121,11 @@ class _Reporter:
             self.queue.put(result)
         ray.train.report({k: v for k, v in result.items() if isinstance(v, int | float)})
 
+    def eval_progress(self, done: int, total: int) -> None:
+        """Evaluation episodes finished so far (rank 0's, for the driver's bar; no Ray Train report)."""
+        if self.rank == 0 and self.queue is not None:
+            self.queue.put({"phase": "progress", "of": "eval", "done": done, "total": total})
+
 
 def sft_phase(config: UserRLConfig, learner: Learner, tasks: list[Task] | None, chat: ChatFormat,
                report: Callable[[dict[str, Any]], None]) -> None:
@@ -140,21 +146,22 @@ def sft_phase(config: UserRLConfig, learner: Learner, tasks: list[Task] | None, 
                                           max_turns=config.env.max_turns, max_len=max_len)
     demos = _share(demos)
     learner.make_optimizer(sft.lr)
-    step = 0
+    step, steps = 0, sft.epochs * len(range(0, len(demos), sft.batch_size))  # steps: for the driver's bar
     for epoch in range(sft.epochs):
         for start in range(0, len(demos), sft.batch_size):
             begin = time.perf_counter()
             metrics = learner.update(demos[start:start + sft.batch_size])
             step += 1
-            report({"phase": "sft", "sft/epoch": epoch, "sft/step": step, "sft/loss": metrics["loss"],
-                    "sft/tokens": metrics["trained_tokens"], "time/sft_step_s": time.perf_counter() - begin})
+            report({"phase": "sft", "sft/epoch": epoch, "sft/step": step, "sft/steps": steps,
+                    "sft/loss": metrics["loss"], "sft/tokens": metrics["trained_tokens"],
+                    "time/sft_step_s": time.perf_counter() - begin})
     learner.make_optimizer(config.training.lr)
 
 
 def sync_weights(learner: Learner, coordinator: RolloutCoordinator | None, version: int) -> None:
     """Push the learner's weights to the replicas as `version` (collective: every rank takes part in the
     gather, rank 0 sends; through the weight-sync group or the object store, see EnvRunnerGroup)."""
-    weights = learner.gathered_weights()
+    weights = learner.gathered_weights(getattr(torch, learner.config.policy.dtype))
     if learner.rank == 0:
         coordinator.group.sync_weights(weights, version)
     else:
@@ -196,6 +203,8 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     rank0 = learner.rank == 0
     report = _Reporter(loop_config.get("results"), learner.rank)
     coordinator = RolloutCoordinator(config, loop_config["env_runner_group"]) if rank0 else None
+    if rank0:
+        coordinator.eval_progress = report.eval_progress
     chat = ChatFormat(tokenizer, config.env.protocol)
 
     start, version, sync_needed = 0, 0, False
@@ -273,17 +282,27 @@ def _update_and_report(config: UserRLConfig, learner: Learner, coordinator: Roll
 
     if sleeping and rank0:
         result["time/replica_sleep_s"] = coordinator.group.sleep_replicas()
-    if trajectories:  # every rank sees the same batch, so every rank takes the same branch
+    result["time/advantages_s"] = 0.0
+    if trajectories:  # every rank sees the same batch, so every rank takes the same branches
         tick = time.perf_counter()
         advantages, group_stats, value_targets = learner.compute_advantages(trajectories)
         result["time/advantages_s"] = time.perf_counter() - tick
         result.update({f"groups/{k}": v for k, v in group_stats.items()})
+        if config.training.filter_groups:  # DAPO: the groups without signal would only cost update time
+            kept = groups_with_signal([t.group_id for t in trajectories], advantages)
+            result["rollout/filtered_episodes"] = (result.get("rollout/filtered_episodes", 0.0)
+                                                   + len(trajectories) - len(kept))
+            trajectories, advantages = [trajectories[i] for i in kept], [advantages[i] for i in kept]
+            if value_targets is not None:
+                value_targets = ValueTargets([value_targets.old_values[i] for i in kept],
+                                             [value_targets.returns[i] for i in kept], value_targets.stats)
+    if trajectories:
         tick = time.perf_counter()
         metrics = learner.update(trajectories, advantages, value_targets)
         result.update({k if k.startswith("critic/") else f"learner/{k}": v for k, v in metrics.items()})
         result["time/update_s"] = time.perf_counter() - tick
     else:
-        result.update({"time/advantages_s": 0.0, "time/update_s": 0.0, "learner/processed_tokens": 0.0})
+        result.update({"time/update_s": 0.0, "learner/processed_tokens": 0.0})
     # Every token goes through forward and backward, so throughput counts them all (not just the trained ones).
     result["learner/tokens_per_s"] = result["learner/processed_tokens"] / max(result["time/update_s"], 1e-9)
 

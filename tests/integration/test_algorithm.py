@@ -82,7 +82,7 @@ def test_mixed_gyms_report_metrics_per_gym(ray_local, tiny_model, tmp_path):
     config = (_config(tmp_path)
               .environment(gyms=[{"name": "function", "weight": 2}, {"name": "turtle"}, {"name": "travel"}],
                            protocol="bracket", max_turns=5, max_steps=16)
-              .training(iterations=1, batch_size=6, group_size=2)
+              .training(iterations=1, batch_size=6, group_size=2, filter_groups=True)
               .sft(episodes=6)
               .checkpointing(every=0))
     algo = config.build_algo()
@@ -93,3 +93,6 @@ def test_mixed_gyms_report_metrics_per_gym(ray_local, tiny_model, tmp_path):
     gyms = {key.rsplit("/", 1)[1] for key in result if key.startswith("rollout/reward_mean/")}
     assert gyms <= {"function", "turtle", "travel"} and len(gyms) >= 2
     assert result["rollout/episodes"] == 12
+    # filter_groups: the groups without signal (6 of 2 episodes each) are left out of the update.
+    assert result["rollout/filtered_episodes"] == 12 * result["groups/frac_groups_no_signal"]
+    assert ("learner/loss" in result) == (result["rollout/filtered_episodes"] < 12)

@@ -109,6 +109,13 @@ def test_grpo_raises_the_reward_of_a_token_level_task(tmp_path):
             advantages, _, _ = learner.compute_advantages(batch)
             learner.update(batch, advantages)
             engine.load_state_dict(learner.full_state_dict())
+        # A bfloat16 replica is sent bfloat16: the float32 weights rounded once, on the learner.
+        full = learner.full_state_dict()
+        sent = learner.gathered_weights(torch.bfloat16)
+        assert {dtype for _, _, dtype in sent.metadata} == {"bfloat16"}
+        for (name, shape, _), (sent_name, tensor) in zip(sent.metadata, sent.tensors, strict=True):
+            assert name == sent_name and tuple(tensor.shape) == shape
+            assert torch.equal(tensor, full[name].to(torch.bfloat16)), name
     finally:
         dist.destroy_process_group()
     assert means[0] < 0.2

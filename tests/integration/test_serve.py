@@ -1,5 +1,5 @@
-"""The Serve endpoint over real HTTP with the official `openai` client: chat, streaming, tool calls,
-models, health, the API key, and every 4xx case; and a `native_tools` model's tool calls.
+"""The Serve endpoint over real HTTP with the official `openai` client: chat, streaming, tool calls, `n`
+choices, logprobs, models, health, the API key, and every 4xx case; and a `native_tools` model's tool calls.
 
 The served model is the tiny random Llama with its output head fitted (least squares on its own final
 hidden states) so that greedy decoding writes known replies to two known prompts: a tool call and a
@@ -201,6 +201,75 @@ def test_tool_call_comes_back_in_openai_format(client):
     assert plain.usage.prompt_tokens < reply.usage.prompt_tokens - 100
 
 
+def test_n_choices_of_one_prompt(client):
+    """n=3 greedy: three identical choices, each parsed on its own; the prompt is counted once."""
+    one = client.chat.completions.create(model="forced-tiny", messages=HELLO_MESSAGES, temperature=0)
+    three = client.chat.completions.create(model="forced-tiny", messages=HELLO_MESSAGES, temperature=0, n=3)
+    assert [(c.index, c.message.content, c.finish_reason) for c in three.choices] == [
+        (i, HELLO, "stop") for i in range(3)]
+    assert three.usage.prompt_tokens == one.usage.prompt_tokens
+    assert three.usage.completion_tokens == 3 * one.usage.completion_tokens
+    assert three.usage.total_tokens == three.usage.prompt_tokens + three.usage.completion_tokens
+    calls = client.chat.completions.create(model="forced-tiny", messages=TOOL_MESSAGES, tools=[TOOL_SCHEMA],
+                                           temperature=0, n=2)
+    assert [c.finish_reason for c in calls.choices] == ["tool_calls"] * 2
+    ids = [c.message.tool_calls[0].id for c in calls.choices]
+    assert len(set(ids)) == 2  # each choice's calls are its own
+    assert all(json.loads(c.message.tool_calls[0].function.arguments) == {"choice": "answer", "content": "42"}
+               for c in calls.choices)
+
+
+def test_seeded_choices_differ_and_replay_streamed_or_not(client):
+    """Seeded n=2 at temperature 1: the choices differ, the same request gives them again, choice 0 is the
+    n=1 request's, and streaming gives each choice's same text, finish, logprobs and the summed usage."""
+    request = {"model": "forced-tiny", "messages": HELLO_MESSAGES, "temperature": 1.0, "seed": 3,
+               "max_tokens": 16, "n": 2, "logprobs": True}
+    first = client.chat.completions.create(**request)
+    again = client.chat.completions.create(**request)
+    texts = [c.message.content for c in first.choices]
+    assert texts == [c.message.content for c in again.choices] and texts[0] != texts[1]
+    alone = client.chat.completions.create(**{**request, "n": 1})
+    assert alone.choices[0].message.content == texts[0]
+
+    chunks = list(client.chat.completions.create(**request, stream=True, stream_options={"include_usage": True}))
+    streamed: dict[int, dict] = {}
+    for chunk in chunks:
+        for c in chunk.choices:
+            got = streamed.setdefault(c.index, {"content": "", "finish": None, "logprobs": []})
+            got["content"] += c.delta.content or ""
+            got["finish"] = c.finish_reason or got["finish"]
+            got["logprobs"] += c.logprobs.content if c.logprobs else []
+    assert sorted(streamed) == [0, 1]
+    for index, c in enumerate(first.choices):
+        assert (streamed[index]["content"], streamed[index]["finish"]) == (c.message.content, c.finish_reason)
+        assert [e.token for e in streamed[index]["logprobs"]] == [e.token for e in c.logprobs.content]
+        assert streamed[index]["logprobs"][0].logprob == pytest.approx(c.logprobs.content[0].logprob, abs=1e-4)
+    assert chunks[-1].usage.model_dump() == first.usage.model_dump()
+
+
+def test_logprobs_of_the_sampled_tokens(client):
+    """An entry per completion token (the end of turn included, with no text): log-probabilities <= 0,
+    texts (and bytes) joining to the content."""
+    reply = client.chat.completions.create(model="forced-tiny", messages=HELLO_MESSAGES, temperature=0,
+                                           logprobs=True, top_logprobs=0)
+    choice = reply.choices[0]
+    entries = choice.logprobs.content
+    assert choice.message.content == HELLO and len(entries) == reply.usage.completion_tokens
+    assert all(e.logprob <= 0 and e.top_logprobs == [] for e in entries)
+    assert "".join(e.token for e in entries) == HELLO
+    assert bytes(b for e in entries for b in e.bytes).decode() == HELLO
+    plain = client.chat.completions.create(model="forced-tiny", messages=HELLO_MESSAGES, temperature=0)
+    assert plain.choices[0].logprobs is None
+
+
+@pytest.mark.parametrize(("change", "param"), [({"n": 9}, "n"),
+                                               ({"logprobs": True, "top_logprobs": 5}, "top_logprobs")])
+def test_what_is_not_served_is_a_400_naming_the_field(client, change, param):
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model="forced-tiny", messages=HELLO_MESSAGES, **change)
+    assert caught.value.body["param"] == param and param in caught.value.message
+
+
 def test_api_key_required_and_never_logged(server):
     for key in ("wrong-key", None):
         headers = {"Authorization": f"Bearer {key}"} if key else {}
@@ -219,7 +288,8 @@ def test_api_key_required_and_never_logged(server):
 
 @pytest.mark.parametrize(("change", "status", "param"), [
     ({"temperature": -0.5}, 400, "temperature"),
-    ({"n": 2}, 400, "n"),
+    ({"n": 9}, 400, "n"),
+    ({"logprobs": True, "top_logprobs": 2}, 400, "top_logprobs"),
     ({"max_tokens": 0}, 400, "max_tokens"),
     ({"top_p": 0}, 400, "top_p"),
     ({"model": "gpt-4"}, 404, "model"),

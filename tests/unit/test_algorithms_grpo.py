@@ -18,6 +18,7 @@ from userrl.algorithms import (
     group_moments,
     group_normalize,
     group_statistics,
+    groups_with_signal,
     grpo_multiturn_advantages,
     place_token_rewards,
     token_credits,
@@ -249,6 +250,26 @@ def test_group_statistics():
     assert stats["frac_groups_all_failed"] == pytest.approx(1 / 4)
     assert stats["score_mean"] == pytest.approx(np.mean(scores))
     assert stats["score_std"] == pytest.approx(np.std(scores))
+
+
+def test_groups_with_signal_keeps_the_groups_whose_scores_differ():
+    # Two turns each (one sampled token per turn); groups: all solved, all failed, mixed, mixed, a singleton.
+    rewards = [[0.0, 1.0], [0.0, 1.0], [0.0, 0.0], [0.0, 0.0], [0.0, 1.0], [0.0, 0.0], [1.0, 0.0], [0.0, 1.0],
+               [0.0, 1.0]]
+    groups = ["solved", "solved", "failed", "failed", "mixed", "mixed", "order", "order", "solo"]
+    mask, turns = _batch([([1, 0, 1, 0], [0, 0, 1, 1])] * len(rewards))
+    advantages, _ = grpo_multiturn_advantages(rewards, groups, mask, turns, GRPOConfig(trajectory_score="sum"))
+    rows = [advantages[i] for i in range(len(rewards))]
+    # The oracle: a group teaches when its members' scores (the sums) are not all equal; a singleton has no
+    # baseline (spec 2.4: z = s / (1 + eps)), so it teaches when its score is not 0.
+    members = {g: [sum(r) for r, h in zip(rewards, groups, strict=True) if h == g] for g in groups}
+    expected = [i for i, g in enumerate(groups)
+                if len(set(members[g])) > 1 or (len(members[g]) == 1 and members[g][0] != 0)]
+    assert expected == [4, 5, 8]  # "order": 1 + 0 and 0 + 1 are the same sum
+    assert groups_with_signal(groups, rows) == expected
+    assert groups_with_signal([], []) == []
+    with pytest.raises(ValueError, match="2 group ids but 1 advantage rows"):
+        groups_with_signal(["a", "b"], rows[:1])
 
 
 def test_example_group_statistics_show_signal():

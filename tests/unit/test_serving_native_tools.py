@@ -66,7 +66,8 @@ def client_turns(engine: ChatEngine, traj: Trajectory, tools: list[dict]) -> lis
             prepared = engine.prepare(_request(messages, tools=tools))
             ids = _sampled(traj, k)[1]
             reply = engine.reply(prepared, GenerationOutput(ids, [0.0] * len(ids), "stop"))
-            body = protocol.chat_completion("id", "m", reply.content, reply.tool_calls, reply.finish_reason, 0, 0)
+            choice = protocol.choice(0, reply.content, reply.tool_calls, reply.finish_reason)
+            body = protocol.chat_completion("id", "m", [choice], 0, 0)
             sent = json.loads(json.dumps(body))["choices"][0]["message"]
             messages.append(sent)
             last_call = sent["tool_calls"][0]["id"] if reply.tool_calls else None

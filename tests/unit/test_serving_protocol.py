@@ -28,6 +28,7 @@ def _error(change: dict) -> APIError:
     ({"stream": 1}, "stream"),
     ({"max_tokens": 5.0}, "max_tokens"),
     ({"n": True}, "n"),
+    ({"n": 9}, "n"),
     ({"seed": 2**64}, "seed"),
     ({"seed": -(2**63) - 1}, "seed"),
     ({"messages": [{"role": "user", "content": 5}]}, "messages.0.content"),
@@ -35,7 +36,8 @@ def _error(change: dict) -> APIError:
     ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages.0.content.0"),
     ({"stop": [1]}, "stop.0"),
     ({"stream_options": {"include_usage": True}}, "stream_options"),
-    ({"logprobs": True}, "logprobs"),
+    ({"logprobs": 1}, "logprobs"),
+    ({"top_logprobs": 5}, "top_logprobs"),
     ({"presence_penalty": 0.5}, "presence_penalty"),
     ({"response_format": {"type": "json_object"}}, "response_format"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"properties": 5}}}]},
@@ -58,11 +60,13 @@ def test_a_missing_field_is_named():
 
 def test_valid_requests_still_pass():
     request = parse_request({**VALID, "temperature": 1, "top_p": 0.5, "seed": -5, "stream": True,
-                             "stream_options": {"include_usage": True}, "logprobs": False, "presence_penalty": 0,
-                             "response_format": {"type": "text"}, "user": "u", "tools": [TOOL_SCHEMA],
+                             "stream_options": {"include_usage": True}, "logprobs": True, "presence_penalty": 0,
+                             "response_format": {"type": "text"}, "user": "u", "tools": [TOOL_SCHEMA], "n": 8,
+                             "top_logprobs": 0,
                              "messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
                                                                        {"type": "text", "text": "b"}]}]})
     assert request.temperature == 1.0 and request.messages[0].text() == "ab" and request.seed == -5
+    assert request.n == 8 and request.logprobs is True
     assert parse_request({**VALID, "stream": None}).stream is None
 
 

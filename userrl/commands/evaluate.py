@@ -32,6 +32,7 @@ from userrl.commands.eval_metrics import EPISODE_SCHEMA, TRAVEL, flat_metrics, s
 from userrl.config import GymSpec, UserRLConfig, apply_overrides, parse_config, read_yaml_mapping
 from userrl.envs import GYMS, Task, load_tasks
 from userrl.mua_metrics import LABELS, mua_metrics
+from userrl.progress import progress_bars
 from userrl.trajectory import Trajectory, TurnRecord
 
 log = logging.getLogger(__name__)
@@ -369,12 +370,15 @@ def run_evaluation(config: UserRLConfig, *, checkpoint: str | None = None, polic
             mean = sum(r["episode_return"] for r in rows) / len(rows)
             console.print(f"  {chunk[0].task.gym} pass {chunk[0].pass_index}: {len(rows)} episodes, mean return "
                           f"{mean:.3f}  ({played}/{len(pending)})")
+        bars.update("episodes", played, len(pending))
 
-    if chunks:
-        if kind == "openai":
-            _play_openai(config, policy or "", chunks, seeds, on_chunk)
-        else:
-            _play_ray(config, checkpoint, chunks, seeds, on_chunk)
+    with progress_bars(console) as bars:  # the bar's rate leaves out Ray's and the replicas' start-up
+        bars.update("episodes", 0, len(pending))
+        if chunks:
+            if kind == "openai":
+                _play_openai(config, policy or "", chunks, seeds, on_chunk)
+            else:
+                _play_ray(config, checkpoint, chunks, seeds, on_chunk)
 
     # Only this plan's episodes (a folder may hold more passes or items from an earlier, larger run),
     # ordered gym, item (split order), pass.

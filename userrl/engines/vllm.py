@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import os
 import tempfile
 import threading
@@ -60,6 +61,33 @@ DEFAULTS: dict[str, Any] = {
     # always through Ray's object store and a safetensors file in shared memory.
     "weight_sync": "group",
 }
+
+class _ExpectedLoadWarnings(logging.Filter):
+    """Drops vLLM's per-tensor warnings about what userrl does on purpose, a wall of them at every load.
+
+    "Attempted to load weight X with dtype float32 into parameter with dtype bfloat16": the weights are
+    rounded to `policy.dtype` as asked (syncs already arrive in it). "RotaryEmbedding / ParallelLMHead:
+    Failed to load weights" after a reload: the rotary embedding has no weights, and a tied head is
+    left out of the sync and re-tied to the new embedding (`WeightLoader._userrl_reload`).
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        narrowing = message.startswith("Attempted to load weight") and " with dtype torch.float32 into " in message
+        return not (narrowing or message in ("RotaryEmbedding: Failed to load weights",
+                                             "ParallelLMHead: Failed to load weights"))
+
+
+def quiet_expected_load_warnings() -> None:
+    """Install `_ExpectedLoadWarnings` on the vLLM loggers that emit them (in this process)."""
+    for name in ("vllm.model_executor.models.utils", "vllm.model_executor.model_loader.reload.layerwise"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _ExpectedLoadWarnings) for f in logger.filters):
+            logger.addFilter(_ExpectedLoadWarnings())
+
+
+# vLLM's workers import this module by name for `WeightLoader` before they load the model.
+quiet_expected_load_warnings()
 
 #: The values of `policy.vllm.weight_sync`.
 WEIGHT_SYNC_MODES = ("group", "object_store")
