@@ -34,9 +34,12 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def one_process_group():
-    if not dist.is_initialized():
+    owned = not dist.is_initialized()
+    if owned:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
     yield
+    if owned:  # a later module in this process may start a default group of its own
+        dist.destroy_process_group()
 
 
 def _config(model: str, engine: str, vllm: dict | None = None):
