@@ -78,6 +78,7 @@ def write_demonstrations(config: Any, episodes: int, path: Path) -> dict[str, in
     from transformers import AutoTokenizer
 
     from userrl.chat import ChatFormat
+    from userrl.checkpoint import write_atomic
     from userrl.envs import load_tasks
     from userrl.models import resolve_model
     from userrl.sft import solver_demonstrations
@@ -116,23 +117,24 @@ def write_demonstrations(config: Any, episodes: int, path: Path) -> dict[str, in
         print(f"[bench] warning: a demonstrated assistant turn has {longest} tokens (+ end of turn), more than "
               f"policy.max_new_tokens={config.policy.max_new_tokens}: the policy cannot write such turns whole")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    tmp.replace(path)
+    write_atomic(path, lambda tmp: tmp.write_text("\n".join(lines) + "\n"))
     return dict(counts)
 
 
 def warm_start(args: argparse.Namespace, sweep: Any, common: list[str]) -> Path:
     """Build (or reuse) the shared warm start; returns its model folder."""
+    from userrl.checkpoint import Checkpoint
+
     config = sweep.config
     out = Path(config.experiment.output_dir).resolve() / f"{sweep.spec.name}_{WARM_START_NAME}"
-    model = out / "checkpoints" / "iter_000000" / "model"
+    warm = Checkpoint.of_run(out, 0)  # `userrl sft` writes the warm start as iteration 0
+    model = warm.model_dir
     # What the warm start depends on (not the RL settings: another --iterations reuses it).
     recipe = {"model": config.policy.model, "seed": config.experiment.seed, "env": config.env.model_dump(mode="json"),
               "sft": config.sft.model_dump(mode="json", exclude={"enabled"}),
               "learners": config.learners.model_dump(mode="json")}
     stamp = out / "bench_recipe.json"
-    if (model.parent / "meta.json").is_file() and stamp.is_file():
+    if warm.is_complete and stamp.is_file():
         if json.loads(stamp.read_text()) == recipe:
             print(f"[bench] reusing the shared warm start {model} (same recipe: {stamp})")
             return model
@@ -153,7 +155,7 @@ def warm_start(args: argparse.Namespace, sweep: Any, common: list[str]) -> Path:
         print(f"\n$ {shlex.join(cmd)}")
         return model
     rc, _ = _run(cmd, "shared warm start (userrl sft)")
-    if rc != 0 or not (model.parent / "meta.json").is_file():
+    if rc != 0 or not warm.is_complete:
         raise SystemExit(f"the warm start failed (exit status {rc}); nothing at {model}")
     stamp.write_text(json.dumps(recipe, indent=1))
     return model

@@ -271,6 +271,7 @@ def run_userrl(args: argparse.Namespace, model: str, data_root: Path | None, fol
                multiturn: int = 0) -> RunStats:
     """userrl's own training (Ray actors, FSDP learners): single-turn prompts, or the multi-turn gym itself."""
     from userrl.algorithm import GRPOMultiTurnConfig
+    from userrl.checkpoint import Checkpoint
     from userrl.config import load_config
 
     name = f"userrl multi-turn gym ({multiturn} turns)" if multiturn else "userrl"
@@ -310,7 +311,7 @@ def run_userrl(args: argparse.Namespace, model: str, data_root: Path | None, fol
         stats.sampled.append(int(r["rollout/sampled_tokens"]))
         stats.train_success.append(r["rollout/success_rate"])
     checkpoint = next(r["checkpoint"] for r in reversed(results) if "checkpoint" in r)
-    stats.model_dir = str(Path(checkpoint) / "model")
+    stats.model_dir = str(Checkpoint(checkpoint).model_dir)
     stats.notes.append(f"{name}: {args.learners} FSDP learner(s), one hf replica; the last iteration's time "
                        "includes writing the checkpoint")
     return stats

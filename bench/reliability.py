@@ -648,7 +648,9 @@ def _learner_run(out: Any, fault: str | None, **settings: Any) -> dict[str, Any]
 def _final_weights(run: dict[str, Any], iteration: int) -> dict[str, Any]:
     from safetensors.torch import load_file
 
-    return load_file(run["run_dir"] / "checkpoints" / f"iter_{iteration:06d}" / "model" / "model.safetensors")
+    from userrl.checkpoint import Checkpoint
+
+    return load_file(Checkpoint.of_run(run["run_dir"], iteration).model_dir / "model.safetensors")
 
 
 def _folder_digest(folder: Any) -> dict[str, str]:
@@ -668,6 +670,7 @@ def _learner_failure(number: int, title: str, fault: str, kill_iteration: int, *
     import ray
     import torch
 
+    from userrl.checkpoint import STAGING_SUFFIX, Checkpoint, checkpoints_dir
     from userrl.cluster import init_ray
 
     settings = {"model": model, "iterations": iterations, "every": every, "seed": seed}
@@ -680,8 +683,7 @@ def _learner_failure(number: int, title: str, fault: str, kill_iteration: int, *
                 runs["uninterrupted"] = _learner_run(Path(tmp) / "reference", None, max_failures=max_failures,
                                                      **settings)
             faulty = runs["with the fault"]
-            checkpoints = faulty["run_dir"] / "checkpoints"
-            leftovers = sorted(p.name for p in checkpoints.glob("*.tmp"))
+            leftovers = sorted(p.name for p in checkpoints_dir(faulty["run_dir"]).glob(f"*{STAGING_SUFFIX}"))
             final = _final_weights(faulty, iterations)
             gap, same = None, None
             if compare:
@@ -689,9 +691,10 @@ def _learner_failure(number: int, title: str, fault: str, kill_iteration: int, *
                 gap = max((final[k] - reference[k]).abs().max().item() for k in reference)
                 same = all(torch.allclose(final[k], reference[k], atol=atol, rtol=rtol) for k in reference)
             resumed = [args[3] for _, args in faulty["notices"]]
-            previous = f"iter_{resumed[0]:06d}" if resumed else None
+            previous = Checkpoint.of_run(faulty["run_dir"], resumed[0]).path if resumed else None
             # Byte for byte as it was when its iteration was reported (before the kill).
-            intact = previous in faulty["digests"] and _folder_digest(checkpoints / previous) == faulty["digests"][previous]
+            intact = (previous is not None and previous.name in faulty["digests"]
+                      and _folder_digest(previous) == faulty["digests"][previous.name])
         finally:
             if owns_ray:
                 ray.shutdown()

@@ -372,9 +372,10 @@ def build_app(config: ServeConfig):
     """The bound Serve application (gateway -> model) for a serving config."""
     from transformers import AutoTokenizer
 
+    from userrl.checkpoint import model_folder
     from userrl.models import resolve_model
 
-    model_path = resolve_model(config.model)
+    model_path = resolve_model(model_folder(config.model))  # a checkpoint folder serves its model/
     engine, reason = resolve_engine(config.engine, model_path, "engine", gpu=config.num_gpus_per_replica > 0)
     try:
         check_engine_options(engine, config.engine_options)

@@ -36,7 +36,7 @@ class PlaySettings(_Section):
 class ServeConfig(_Section):
     """Everything `userrl serve` needs; every field has a default."""
 
-    model: str = Field("smollm2-135m", description="model folder (exported or checkpoint/model) or a model name")
+    model: str = Field("smollm2-135m", description="model folder (exported, a checkpoint or its model/) or a model name")
     model_name: str | None = Field(None, description="id in /v1/models and requests (default: the folder name)")
     engine: EngineName = Field("auto", description="inference engine: auto (vllm where vLLM imports and supports "
                                "the model, else hf; userrl/engines/select.py), hf or vllm")

@@ -6,13 +6,13 @@ RLlib's learners are DDP-only and its env runners assume numeric spaces (see doc
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue as queue_lib
 import threading
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import ray
@@ -22,9 +22,9 @@ from ray.util.queue import Queue
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from userrl import faults
-from userrl.cluster import init_ray
+from userrl.checkpoint import Checkpoint
 from userrl.config import UserRLConfig, apply_overrides, parse_config
-from userrl.env_runner_group import EnvRunnerGroup
+from userrl.env_runner_group import EnvRunnerGroup, episode_group
 from userrl.models import check_critic_model, resolve_model
 from userrl.tracking import MLflowTracker
 from userrl.train_loop import train_loop_per_worker
@@ -129,15 +129,14 @@ class GRPOMultiTurn:
     def __init__(self, config: UserRLConfig):
         self.config = config = config.with_absolute_paths()
         self.results: list[dict[str, Any]] = []
-        self._owns_ray = init_ray(config)
         resume = config.checkpointing.resume_from
-        if resume and not (Path(resume) / "meta.json").is_file():
-            raise FileNotFoundError(f"checkpointing.resume_from={resume} is not a userrl checkpoint folder "
-                                    "(no meta.json); pass a folder written by a training run")
-        self.model_path = str(Path(resume).resolve() / "model") if resume else resolve_model(config.policy.model)
+        self.model_path = (str(Checkpoint.open(resume, "checkpointing.resume_from").model_dir) if resume
+                           else resolve_model(config.policy.model))
         self.critic_path = (check_critic_model(config.critic.model, self.model_path)
                             if config.training.uses_critic and config.critic.model else None)
-        self.env_runner_group = EnvRunnerGroup(config, self.model_path)
+        # Ray and the env runners stay up across fit/evaluate calls, until `stop`.
+        self._running = contextlib.ExitStack()
+        self.env_runner_group: EnvRunnerGroup = self._running.enter_context(episode_group(config, self.model_path))
 
     def fit(self, on_result: Callable[[dict[str, Any]], None] | None = None,
             tracker: MLflowTracker | None = None,
@@ -236,6 +235,4 @@ class GRPOMultiTurn:
 
     def stop(self) -> None:
         """Release actors (and the local Ray this Algorithm started)."""
-        self.env_runner_group.stop()
-        if self._owns_ray:
-            ray.shutdown()
+        self._running.close()

@@ -271,7 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     export_parser.set_defaults(func=cmd_export)
 
     serve_parser = sub.add_parser("serve", help="OpenAI-compatible endpoint and /play page on Ray Serve")
-    serve_parser.add_argument("--model", help="model folder (exported or checkpoint/model) or a model name")
+    serve_parser.add_argument("--model", help="model folder (exported, a checkpoint or its model/) or a model name")
     serve_parser.add_argument("--config", help="serving YAML (see serving/*.yaml)")
     serve_parser.add_argument("--host", help="bind address (default: the config's, 127.0.0.1)")
     serve_parser.add_argument("--port", type=int, help="port (default: the config's, 8000)")

@@ -14,15 +14,13 @@ from typing import Any, Protocol
 import numpy as np
 
 from userrl.actors.env_runner import EpisodeSpec
+from userrl.checkpoint import TASK_SOURCE_FILE, Checkpoint
 from userrl.config import UserRLConfig
 from userrl.env_runner_group import EnvRunnerGroup, RolloutJob
 from userrl.envs import Task, load_tasks
 from userrl.envs.registry import get_gym
 from userrl.mua_metrics import mua_metrics
 from userrl.trajectory import Trajectory
-
-#: The file in a checkpoint folder that holds the training task source's state (written only when it has one).
-TASK_SOURCE_FILE = "task_source.json"
 
 
 class TaskSource(Protocol):
@@ -110,7 +108,7 @@ def task_source_documents(source: TaskSource) -> dict[str, Any]:
 def restore_task_source(source: TaskSource, checkpoint: Path) -> bool:
     """Load the source's state from a checkpoint folder; False when the folder has none (e.g. an SFT warm
     start, or a run without a curriculum): the source then starts fresh."""
-    path = Path(checkpoint) / TASK_SOURCE_FILE
+    path = Checkpoint(checkpoint).task_source_file
     if not path.is_file():
         return False
     source.load_state_dict(json.loads(path.read_text()))

@@ -11,6 +11,7 @@ its requests again once it is back, so episodes go on). Restarts and re-runs are
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
@@ -22,6 +23,7 @@ import ray
 
 from userrl.actors.env_runner import REPLICA_LOST, REPLICA_WAIT_S, EnvRunner, EpisodeSpec
 from userrl.actors.policy_replica import AWAITING_WEIGHTS, PolicyReplica
+from userrl.cluster import init_ray
 from userrl.config import UserRLConfig
 from userrl.engines.select import announce_engine, resolve_engine
 from userrl.rollout import RolloutLimits, abort_trajectory, new_trajectory
@@ -411,6 +413,22 @@ class EnvRunnerGroup:
             log.warning("a policy replica did not shut down cleanly", exc_info=True)
         for actor in [*self.runners, *self.replicas, *self.user_replicas]:
             ray.kill(actor, no_restart=True)
+
+
+@contextlib.contextmanager
+def episode_group(config: UserRLConfig, model_path: str) -> Iterator[EnvRunnerGroup]:
+    """An EnvRunnerGroup playing `model_path` on the configured Ray (a local one started if none is up); the
+    group, and a Ray started here, stop when the block ends (also when building the group fails)."""
+    owns_ray = init_ray(config)
+    try:
+        group = EnvRunnerGroup(config, model_path)
+        try:
+            yield group
+        finally:
+            group.stop()
+    finally:
+        if owns_ray:  # a Ray this process connected to (a cluster, a test's) is someone else's to stop
+            ray.shutdown()
 
 
 class RolloutJob:

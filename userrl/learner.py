@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import random
-import shutil
 import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -49,13 +47,12 @@ from userrl.algorithms import (
 )
 from userrl.algorithms.loss import aggregation_count
 from userrl.batch import TensorBatch, collate, plan_micro_batches
+from userrl.checkpoint import CRITIC_DIR as CRITIC_DIR  # re-exported (the names were defined here before)
+from userrl.checkpoint import CRITIC_OPTIMIZER as CRITIC_OPTIMIZER
+from userrl.checkpoint import Checkpoint, staged
 from userrl.config import UserRLConfig
 from userrl.trajectory import Trajectory
 from userrl.weight_sync import GatheredWeights, dtype_name
-
-#: The files a critic adds to a checkpoint folder: its weights (a Hugging Face token-classification folder
-#: with one label, the value head) and its optimizer state.
-CRITIC_DIR, CRITIC_OPTIMIZER = "critic", "critic_optimizer.pt"
 
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
@@ -554,43 +551,37 @@ class Learner:
             critic_state = get_model_state_dict(self.critic, options=_FULL)
             critic_optim = get_optimizer_state_dict(self.critic, self.critic_optimizer, options=_FULL)
         if self.rank == 0:
-            path = Path(path)
-            staging = path.with_name(path.name + ".tmp")
-            if staging.exists():
-                shutil.rmtree(staging)
-            staging.mkdir(parents=True)
-            unwrapped = AutoModelForCausalLM.from_config(self.model.config)
-            unwrapped.load_state_dict(model_state, strict=False)
-            unwrapped.tie_weights()
-            unwrapped.save_pretrained(staging / "model")
-            tokenizer.save_pretrained(staging / "model")
-            torch.save(optim_state, staging / "optimizer.pt")
-            if self.critic is not None:
-                critic = AutoModelForTokenClassification.from_config(self.critic.config)
-                critic.load_state_dict(critic_state)
-                critic.save_pretrained(staging / CRITIC_DIR)
-                torch.save(critic_optim, staging / CRITIC_OPTIMIZER)
-            torch.save({"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
-                        "python": random.getstate()}, staging / "rng.pt")
-            for name, document in (documents or {}).items():
-                (staging / name).write_text(json.dumps(document))
-            (staging / "meta.json").write_text(json.dumps({**meta, **self.checkpoint_meta}, indent=2))
-            if self.fault:
-                self.fault("checkpoint", meta["iteration"])
-            if path.exists():
-                shutil.rmtree(path)
-            os.replace(staging, path)
+            with staged(path) as staging:  # filled under its .tmp name, renamed into place at the end
+                folder = Checkpoint(staging)
+                unwrapped = AutoModelForCausalLM.from_config(self.model.config)
+                unwrapped.load_state_dict(model_state, strict=False)
+                unwrapped.tie_weights()
+                unwrapped.save_pretrained(folder.model_dir)
+                tokenizer.save_pretrained(folder.model_dir)
+                torch.save(optim_state, folder.optimizer_file)
+                if self.critic is not None:
+                    critic = AutoModelForTokenClassification.from_config(self.critic.config)
+                    critic.load_state_dict(critic_state)
+                    critic.save_pretrained(folder.critic_dir)
+                    torch.save(critic_optim, folder.critic_optimizer_file)
+                torch.save({"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
+                            "python": random.getstate()}, folder.rng_file)
+                for name, document in (documents or {}).items():
+                    (staging / name).write_text(json.dumps(document))
+                folder.meta_file.write_text(json.dumps({**meta, **self.checkpoint_meta}, indent=2))  # last: complete
+                if self.fault:
+                    self.fault("checkpoint", meta["iteration"])
         dist.barrier()
 
     def load_optimizer(self, path: Path) -> None:
         """Restore optimizer (and critic optimizer) and RNG states from a checkpoint folder (every rank reads them)."""
-        optim_state = torch.load(Path(path) / "optimizer.pt", weights_only=False)
+        checkpoint = Checkpoint(path)
+        optim_state = torch.load(checkpoint.optimizer_file, weights_only=False)
         set_optimizer_state_dict(self.model, self.optimizer, optim_state_dict=optim_state, options=_FULL)
-        critic_optim = Path(path) / CRITIC_OPTIMIZER
-        if self.critic is not None and critic_optim.is_file():  # else the critic starts fresh (e.g. from SFT)
+        if self.critic is not None and checkpoint.critic_optimizer_file.is_file():  # else a fresh one (e.g. SFT's)
             set_optimizer_state_dict(self.critic, self.critic_optimizer, options=_FULL,
-                                     optim_state_dict=torch.load(critic_optim, weights_only=False))
-        rng = torch.load(Path(path) / "rng.pt", weights_only=False)
+                                     optim_state_dict=torch.load(checkpoint.critic_optimizer_file, weights_only=False))
+        rng = torch.load(checkpoint.rng_file, weights_only=False)
         torch.set_rng_state(rng["torch"])
         np.random.set_state(rng["numpy"])
         random.setstate(rng["python"])

@@ -11,9 +11,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import gc
-import json
 import logging
-import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -29,11 +27,12 @@ from transformers import AutoTokenizer
 
 from userrl.algorithms import groups_with_signal, high_variance_groups
 from userrl.chat import ChatFormat
+from userrl.checkpoint import Checkpoint, checkpoints_dir, latest_complete, prune_checkpoints, remove_staging
 from userrl.config import UserRLConfig
 from userrl.coordinator import PendingRollout, RolloutCoordinator, restore_task_source, task_source_documents
 from userrl.envs import Task
 from userrl.faults import FaultInjector
-from userrl.learner import CRITIC_DIR, Learner, ValueTargets
+from userrl.learner import Learner, ValueTargets
 from userrl.sft import file_demonstrations, solver_demonstrations, user_reply_demonstrations, within_length
 from userrl.trajectory import Trajectory
 
@@ -67,24 +66,7 @@ def _share_all(value: Any) -> list[Any]:
 
 def checkpoint_path(config: UserRLConfig, iteration: int) -> Path:
     """Folder of the checkpoint written after `iteration` iterations."""
-    return (config.run_dir / "checkpoints" / f"iter_{iteration:06d}").resolve()
-
-
-def prune_checkpoints(written: Path, keep: int | None) -> list[Path]:
-    """Delete the checkpoints older than `written` beyond the newest `keep` (counting it); returns them.
-
-    iter_000000 (the SFT warm start) stays: runs and benchmarks start from it. Higher-numbered folders are
-    left alone: they belong to an earlier run in the same folder, and this run overwrites them as it goes.
-    """
-    if keep is None:
-        return []
-    number = int(written.name.removeprefix("iter_"))
-    older = sorted((p for p in written.parent.glob("iter_*") if p.is_dir() and p.name[5:].isdigit()
-                    and 0 < int(p.name[5:]) < number), key=lambda p: int(p.name[5:]))
-    doomed = older[: max(0, len(older) - (keep - 1))]
-    for path in doomed:
-        shutil.rmtree(path, ignore_errors=True)
-    return doomed
+    return Checkpoint.of_run(config.run_dir, iteration).path.resolve()
 
 
 def restart_checkpoint(config: UserRLConfig, fit_id: str) -> Path | None:
@@ -97,15 +79,10 @@ def restart_checkpoint(config: UserRLConfig, fit_id: str) -> Path | None:
     """
     found = None
     if dist.get_rank() == 0 and fit_id:
-        folder = config.run_dir / "checkpoints"
-        for stale in folder.glob("iter_*.tmp"):
-            shutil.rmtree(stale, ignore_errors=True)
-        newest = -1
-        for path in folder.glob("iter_*"):
-            with contextlib.suppress(OSError, ValueError, KeyError):
-                meta = json.loads((path / "meta.json").read_text())  # written last: its presence = complete
-                if meta.get("fit_id") == fit_id and meta["iteration"] > newest:
-                    found, newest = str(path.resolve()), meta["iteration"]
+        folder = checkpoints_dir(config.run_dir)
+        remove_staging(folder)
+        newest = latest_complete(folder, fit_id)
+        found = str(newest.path.resolve()) if newest else None
     found = _share(found)
     return Path(found) if found else None
 
@@ -191,13 +168,13 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     # A learner group that Ray Train restarted after a failure goes on from this fit's newest complete
     # checkpoint (one rank's data would otherwise be lost); the replicas get its weights before any rollout.
     restart = restart_checkpoint(config, fit_id)
-    resume = str(restart) if restart else config.checkpointing.resume_from
-    model_path = str(restart / "model") if restart else loop_config["model_path"]
+    resume_from = restart or config.checkpointing.resume_from
+    resume = Checkpoint(resume_from) if resume_from else None
+    model_path = str(resume.model_dir) if restart else loop_config["model_path"]  # resume_from's: the driver's
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     # The critic goes on from the checkpoint's own (a checkpoint without one, e.g. an SFT warm start, gives a
     # fresh critic); otherwise it starts from the driver-resolved critic.model or the policy (Learner decides).
-    saved_critic = Path(resume) / CRITIC_DIR if resume else None
-    critic_path = str(saved_critic) if saved_critic and saved_critic.is_dir() else loop_config.get("critic_path")
+    critic_path = str(resume.critic_dir) if resume and resume.critic_dir.is_dir() else loop_config.get("critic_path")
     learner = Learner(model_path, config, tokenizer.pad_token_id, critic_path)
     learner.checkpoint_meta = {"fit_id": fit_id}
     rank0 = learner.rank == 0
@@ -209,25 +186,23 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
 
     start, version, sync_needed = 0, 0, False
     if resume:
-        meta = json.loads((Path(resume) / "meta.json").read_text())
-        start, version, sync_needed = meta["iteration"], meta["policy_version"], True
+        start, version, sync_needed = resume.iteration, resume.policy_version, True
         if rank0:  # a task source that learns (the HumanLM curriculum) goes on from its checkpointed state
-            restore_task_source(coordinator.train_tasks, Path(resume))
+            restore_task_source(coordinator.train_tasks, resume.path)
     learner.fault = FaultInjector(loop_config.get("fault"), learner.rank, learner.world_size,
                                   config.run_dir / "faults", fit_id, start)
     report = learner.fault.observing(report)
     if rank0 and loop_config.get("results") is not None:  # the driver counts starts: a second one is a restart
-        loop_config["results"].put({"phase": "start", "iteration": start, "checkpoint": resume})
+        loop_config["results"].put({"phase": "start", "iteration": start,
+                                    "checkpoint": str(resume.path) if resume else None})
     if resume:
-        learner.load_optimizer(Path(resume))
+        learner.load_optimizer(resume.path)
     elif config.sft.enabled:
         tasks = coordinator.train_tasks.all_tasks() if rank0 else None
         sft_phase(config, learner, tasks, chat, report)
         version, sync_needed = 1, True
         if config.checkpointing.every:  # the warm-started model is a checkpoint of its own (`userrl sft` ends here)
-            learner.save_checkpoint(checkpoint_path(config, 0), {"iteration": 0, "policy_version": version,
-                                                                 "config": config.model_dump(mode="json")},
-                                    tokenizer, task_source_documents(coordinator.train_tasks) if rank0 else None)
+            _save_checkpoint(config, learner, coordinator, tokenizer, 0, version)
     if sync_needed:
         sync_weights(learner, coordinator, version)
 
@@ -261,6 +236,17 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     finally:
         if pending is not None:  # only after an error: the last iteration launches nothing
             pending.cancel()
+
+
+def _save_checkpoint(config: UserRLConfig, learner: Learner, coordinator: RolloutCoordinator | None,
+                     tokenizer: Any, iteration: int, version: int) -> Path:
+    """Write the checkpoint after `iteration` iterations (collective); returns its folder."""
+    # The task source's state (the curriculum's map) after this iteration's observe: exact on resume.
+    documents = task_source_documents(coordinator.train_tasks) if learner.rank == 0 else None
+    path = checkpoint_path(config, iteration)
+    learner.save_checkpoint(path, {"iteration": iteration, "policy_version": version,
+                                   "config": config.model_dump(mode="json")}, tokenizer, documents)
+    return path
 
 
 def _update_and_report(config: UserRLConfig, learner: Learner, coordinator: RolloutCoordinator | None,
@@ -320,11 +306,7 @@ def _update_and_report(config: UserRLConfig, learner: Learner, coordinator: Roll
     done = iteration + 1
     every = config.checkpointing.every
     if every and (done % every == 0 or done == config.training.iterations):
-        path = checkpoint_path(config, done)
-        # The task source's state (the curriculum's map) after this iteration's observe: exact on resume.
-        learner.save_checkpoint(path, {"iteration": done, "policy_version": version,
-                                       "config": config.model_dump(mode="json")}, tokenizer,
-                                task_source_documents(coordinator.train_tasks) if rank0 else None)
+        path = _save_checkpoint(config, learner, coordinator, tokenizer, done, version)
         result["checkpoint"] = str(path)
         if rank0:  # save_checkpoint ends with a barrier: `path` is complete before anything goes
             prune_checkpoints(path, config.checkpointing.keep)

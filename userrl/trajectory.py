@@ -143,11 +143,11 @@ def from_frame(frame: pl.DataFrame) -> list[Trajectory]:
 
 def write_parquet(trajectories: list[Trajectory], path: str | Path) -> Path:
     """Write trajectories to a parquet file (atomically)."""
+    from userrl.checkpoint import write_atomic
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    to_frame(trajectories).write_parquet(tmp)
-    tmp.replace(path)
+    write_atomic(path, lambda tmp: to_frame(trajectories).write_parquet(tmp))
     return path
 
 

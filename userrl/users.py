@@ -25,18 +25,17 @@ def resolve_user_model(name: str, user_format: str = "plain") -> str:
     import json
     from pathlib import Path
 
+    from userrl.checkpoint import checkpoint_of_model, model_folder
     from userrl.models import resolve_model
 
-    folder = Path(name).expanduser()
-    if (folder / "meta.json").is_file() and (folder / "model" / "config.json").is_file():
-        folder = folder / "model"
+    folder = Path(model_folder(name)).expanduser()
     if user_format != "humanlm":
         protocol = None
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
             if (folder / "userrl.json").is_file():  # a `userrl export` folder
                 protocol = json.loads((folder / "userrl.json").read_text())["protocol"]
-            elif folder.name == "model" and (folder.parent / "meta.json").is_file():  # a checkpoint's model/
-                protocol = json.loads((folder.parent / "meta.json").read_text())["config"]["env"]["protocol"]
+            elif checkpoint := checkpoint_of_model(folder):  # a checkpoint's model/
+                protocol = checkpoint.protocol
         if protocol == "user_reply":
             raise ValueError(f"env.local_user_model={name} is a user simulator trained with `userrl train-user` "
                              "(HumanLM's format); set env.local_user_format=humanlm")

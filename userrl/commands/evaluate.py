@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import re
 import time
 import uuid
@@ -28,6 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from userrl.actors.env_runner import EpisodeSpec
+from userrl.checkpoint import Checkpoint, write_atomic
 from userrl.commands.eval_metrics import EPISODE_SCHEMA, TRAVEL, flat_metrics, summarize
 from userrl.config import GymSpec, UserRLConfig, apply_overrides, parse_config, read_yaml_mapping
 from userrl.envs import GYMS, Task, load_tasks
@@ -101,14 +101,7 @@ def policy_label(config: UserRLConfig, checkpoint: str | None, policy: str | Non
         spec = parse_policy(policy)
         return "openai", f"openai:{spec.model}@{spec.base_url}"
     if checkpoint:
-        path = Path(checkpoint)
-        if not path.is_dir():
-            raise FileNotFoundError(f"--checkpoint {checkpoint}: no such folder; pass a checkpoint folder written "
-                                    "by training, e.g. runs/<name>/checkpoints/iter_000010")
-        if not (path / "meta.json").is_file() or not (path / "model").is_dir():
-            raise FileNotFoundError(f"--checkpoint {checkpoint}: not a userrl checkpoint folder (needs meta.json "
-                                    "and model/); pass a folder written by training")
-        return "checkpoint", str(path.resolve())
+        return "checkpoint", str(Checkpoint.open(checkpoint, "--checkpoint").path)
     return "model", config.policy.model
 
 
@@ -178,15 +171,6 @@ def fingerprint(config: UserRLConfig, label: str) -> dict[str, Any]:
             "openai_tools": config.evaluation.openai_tools if label.startswith("openai:") else None}
 
 
-def _write_atomic(path: Path, write: Callable[[Path], Any]) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def prepare_out(out: Path, settings: dict[str, Any]) -> None:
     """Create the output folder, or check that its shards come from the same settings."""
     marker = out / "evaluation.json"
@@ -198,7 +182,7 @@ def prepare_out(out: Path, settings: dict[str, Any]) -> None:
                                  f"there, {settings.get(key)!r} now); pass another --out or delete that folder")
         return
     (out / "shards").mkdir(parents=True, exist_ok=True)
-    _write_atomic(marker, lambda tmp: tmp.write_text(json.dumps(settings, indent=2)))
+    write_atomic(marker, lambda tmp: tmp.write_text(json.dumps(settings, indent=2)))
 
 
 # ---------------------------------------------------------------------------------------------- shards
@@ -237,7 +221,7 @@ def rows_frame(rows: list[dict[str, Any]]) -> pl.DataFrame:
 def write_shard(out: Path, gym: str, pass_index: int, rows: list[dict[str, Any]]) -> Path:
     """Write one chunk's rows as a new shard (temp file + rename: a shard is whole or absent)."""
     path = out / "shards" / f"{_slug(gym)}-p{pass_index}-{uuid.uuid4().hex[:12]}.parquet"
-    _write_atomic(path, lambda tmp: rows_frame(rows).write_parquet(tmp))
+    write_atomic(path, lambda tmp: rows_frame(rows).write_parquet(tmp))
     return path
 
 
@@ -277,25 +261,17 @@ def episode_spec(episode: Episode) -> EpisodeSpec:
 
 def _play_ray(config: UserRLConfig, checkpoint: str | None, chunks: list[list[Episode]], seeds: list[int],
               on_chunk: Callable[[int, list[Trajectory]], None]) -> None:
-    from userrl.cluster import init_ray
-    from userrl.env_runner_group import EnvRunnerGroup
+    """Play the chunks on replicas of `checkpoint` (a checked folder, `policy_label`'s) or the configured model."""
+    from userrl.env_runner_group import episode_group
     from userrl.models import resolve_model
 
     config = config.with_absolute_paths()
-    model_path = str(Path(checkpoint).resolve() / "model") if checkpoint else resolve_model(config.policy.model)
-    owns_ray = init_ray(config)
-    group = EnvRunnerGroup(config, model_path)
-    try:
+    model_path = str(Checkpoint(checkpoint).model_dir) if checkpoint else resolve_model(config.policy.model)
+    with episode_group(config, model_path) as group:
         ev = config.evaluation
         specs = [[episode_spec(e) for e in chunk] for chunk in chunks]
         for index, trajectories in group.launch(specs, seeds, ev.temperature, max(1, ev.concurrency // CHUNK_SIZE)):
             on_chunk(index, trajectories)
-    finally:
-        group.stop()
-        if owns_ray:
-            import ray
-
-            ray.shutdown()
 
 
 def _play_openai(config: UserRLConfig, policy: str, chunks: list[list[Episode]], seeds: list[int],
@@ -378,7 +354,7 @@ def run_evaluation(config: UserRLConfig, *, checkpoint: str | None = None, polic
             if kind == "openai":
                 _play_openai(config, policy or "", chunks, seeds, on_chunk)
             else:
-                _play_ray(config, checkpoint, chunks, seeds, on_chunk)
+                _play_ray(config, label if kind == "checkpoint" else None, chunks, seeds, on_chunk)
 
     # Only this plan's episodes (a folder may hold more passes or items from an earlier, larger run),
     # ordered gym, item (split order), pass.
@@ -394,8 +370,8 @@ def run_evaluation(config: UserRLConfig, *, checkpoint: str | None = None, polic
               "max_episodes_per_gym": ev.max_episodes_per_gym, "split": ev.split, **summary,
               "skipped_gyms": skipped, "played": played, "reused": len(planned) - len(pending),
               "seconds": seconds}
-    _write_atomic(out / "episodes.parquet", lambda tmp: frame.write_parquet(tmp))
-    _write_atomic(out / "metrics.json", lambda tmp: tmp.write_text(json.dumps(report, indent=2)))
+    write_atomic(out / "episodes.parquet", lambda tmp: frame.write_parquet(tmp))
+    write_atomic(out / "metrics.json", lambda tmp: tmp.write_text(json.dumps(report, indent=2)))
     result = EvalResult(out, summary, frame, played, len(planned) - len(pending), skipped, seconds)
     result.mlflow_run_id = _track(config, kind, label, out, summary, list(tasks))
     return result

@@ -15,26 +15,13 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 
 from userrl.chat_template import tool_chat_template
+from userrl.checkpoint import Checkpoint, replace_folder
 
 USERRL_META = "userrl.json"
-
-
-def _read_checkpoint(checkpoint: Path) -> dict[str, Any]:
-    if not checkpoint.is_dir():
-        raise FileNotFoundError(f"--checkpoint {checkpoint}: no such folder (a checkpoint is runs/<name>/"
-                                "checkpoints/iter_NNNNNN, written by `userrl train`)")
-    if not (checkpoint / "model" / "config.json").is_file():
-        raise FileNotFoundError(f"--checkpoint {checkpoint}: no model/config.json inside; is this a checkpoint "
-                                "folder (model/, optimizer.pt, meta.json)?")
-    meta_path = checkpoint / "meta.json"
-    if not meta_path.is_file():
-        raise FileNotFoundError(f"--checkpoint {checkpoint}: no meta.json; the checkpoint is incomplete")
-    return json.loads(meta_path.read_text())
 
 
 def export_checkpoint(checkpoint: str | Path, out: str | Path, *, force: bool = False) -> Path:
@@ -43,17 +30,16 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, *, force: bool = 
 
     from userrl.chat import ChatFormat
 
-    checkpoint, out = Path(checkpoint).expanduser().resolve(), Path(out).expanduser().resolve()
-    meta = _read_checkpoint(checkpoint)
+    source, out = Checkpoint.open(checkpoint, "--checkpoint"), Path(out).expanduser().resolve()
     if out.exists() and any(out.iterdir()) and not force:
         raise FileExistsError(f"--out {out} exists and is not empty; choose a new folder or pass --force")
-    protocol = ((meta.get("config") or {}).get("env") or {}).get("protocol", "tool_call")
+    meta, protocol = source.meta, source.protocol
 
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
-        model = AutoModelForCausalLM.from_pretrained(checkpoint / "model")
-        tokenizer = AutoTokenizer.from_pretrained(checkpoint / "model")
+        model = AutoModelForCausalLM.from_pretrained(source.model_dir)
+        tokenizer = AutoTokenizer.from_pretrained(source.model_dir)
         stop_ids = ChatFormat(tokenizer, "bracket").stop_token_ids
         tokenizer.chat_template = tool_chat_template(tokenizer.chat_template, protocol)
         model.generation_config.eos_token_id = stop_ids if len(stop_ids) > 1 else stop_ids[0]
@@ -62,14 +48,12 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, *, force: bool = 
         tokenizer.save_pretrained(staging)
         (staging / USERRL_META).write_text(json.dumps({
             "protocol": protocol, "iteration": meta.get("iteration"), "policy_version": meta.get("policy_version"),
-            "checkpoint": str(checkpoint),
+            "checkpoint": str(source.path),
             "base_model": ((meta.get("config") or {}).get("policy") or {}).get("model"),
             # A user simulator's reply ends after a field's closing tag (training cut it there): ask with these.
             **({"stop_strings": list(ChatFormat(tokenizer, protocol).stop_strings)} if protocol == "user_reply" else {}),
         }, indent=2))
-        if out.exists():
-            shutil.rmtree(out)
-        staging.rename(out)
+        replace_folder(staging, out)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out

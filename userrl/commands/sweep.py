@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from rich.console import Console
 from rich.table import Table
 
+from userrl.checkpoint import checkpoints_dir, latest_complete, write_atomic
 from userrl.config import ConfigError, UserRLConfig, apply_overrides, parse_config, read_yaml_mapping
 
 RUN_ID_FILE = "mlflow_run_id"
@@ -289,12 +290,8 @@ def trial_label(point: dict[str, Any]) -> str:
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
     """The newest complete userrl checkpoint of a run folder (a `*.tmp` one is half-written)."""
-    folder = run_dir / "checkpoints"
-    if not folder.is_dir():
-        return None
-    done = [p for p in folder.glob("iter_*") if p.is_dir() and not p.name.endswith(".tmp")
-            and (p / "meta.json").is_file()]
-    return max(done, key=lambda p: json.loads((p / "meta.json").read_text())["iteration"], default=None)
+    latest = latest_complete(checkpoints_dir(run_dir))
+    return latest.path if latest else None
 
 
 def trial_cpus(config: UserRLConfig) -> float:
@@ -357,9 +354,7 @@ def run_trial(trial: dict[str, Any], setup: dict[str, Any]) -> None:
         tracker = MLflowTracker(config, run_name=label, tags=tags, run_id=run_id)
         if run_id is None:
             run_dir.mkdir(parents=True, exist_ok=True)
-            tmp = run_id_file.with_suffix(".tmp")
-            tmp.write_text(tracker.run_id)
-            tmp.replace(run_id_file)
+            write_atomic(run_id_file, lambda tmp: tmp.write_text(tracker.run_id))
         if resume is not None:
             print(f"[{label}] resuming from {resume}")
 
@@ -442,9 +437,7 @@ def _save_setup(sweep: Sweep, uri: str) -> dict[str, Any]:
     setup = {"sweep": sweep.spec.name, "base": sweep.base, "runs_root": str(sweep.runs_root), "mlflow_uri": uri,
              "grid": sweep.spec.grid, "trials": len(grid_points(sweep.spec.grid)) * sweep.spec.tune.num_samples}
     sweep.tune_dir.mkdir(parents=True, exist_ok=True)
-    tmp = sweep.tune_dir / "sweep.json.tmp"
-    tmp.write_text(json.dumps(setup, indent=1))
-    tmp.replace(sweep.tune_dir / "sweep.json")
+    write_atomic(sweep.tune_dir / "sweep.json", lambda tmp: tmp.write_text(json.dumps(setup, indent=1)))
     return setup
 
 

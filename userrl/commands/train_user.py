@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from userrl.checkpoint import Checkpoint, write_atomic
 from userrl.config import UserRLConfig, apply_overrides, parse_config, read_yaml_mapping
 from userrl.humanlm.algorithm import merge_defaults
 from userrl.humanlm.fields import FIELD_NAMES
@@ -104,11 +104,8 @@ def run_user_evaluation(config: UserRLConfig, *, checkpoint: str | None = None, 
                         max_rows: int | None = None, out: str | None = None) -> dict[str, Any]:
     """Play the split's items once with the replicas, judge them (validation judge, flexible parsing);
     returns the summary written to <out>/metrics.json (replies to <out>/replies.jsonl)."""
-    import ray
-
-    from userrl.cluster import init_ray
     from userrl.coordinator import episode_specs, rollout_metrics
-    from userrl.env_runner_group import EnvRunnerGroup
+    from userrl.env_runner_group import episode_group
     from userrl.envs import load_tasks
     from userrl.humanlm.env import GYM_NAME, skipped_rows
     from userrl.humanlm.scoring import HumanLMGroupScorer
@@ -118,10 +115,8 @@ def run_user_evaluation(config: UserRLConfig, *, checkpoint: str | None = None, 
     config = config.with_absolute_paths()
     split = split or config.evaluation.split
     if checkpoint:
-        if not (Path(checkpoint) / "meta.json").is_file():
-            raise FileNotFoundError(f"--checkpoint {checkpoint}: not a userrl checkpoint folder (needs meta.json); "
-                                    "pass a folder written by `userrl train-user`")
-        model_path, label = str(Path(checkpoint).resolve() / "model"), Path(checkpoint).resolve().name
+        opened = Checkpoint.open(checkpoint, "--checkpoint")
+        model_path, label = str(opened.model_dir), opened.path.name
     else:
         model_path, label = resolve_model(config.policy.model), Path(config.policy.model).name
     options = config.task_options(GYM_NAME)
@@ -131,20 +126,16 @@ def run_user_evaluation(config: UserRLConfig, *, checkpoint: str | None = None, 
         tasks = [t for t in tasks if t.data["row_index"] in set(rows)]
     specs = episode_specs(tasks, 1, "evaluser")
     folder = Path(out) if out else config.run_dir / "eval_user" / f"{label}-{split}-T{config.evaluation.temperature:g}"
-    owns_ray = init_ray(config)
-    group = EnvRunnerGroup(config, model_path)
-    scorer = HumanLMGroupScorer(config)
-    try:
-        began = time.perf_counter()
-        trajectories = group.play(specs, seed=config.experiment.seed, temperature=config.evaluation.temperature)
-        seconds = time.perf_counter() - began
-        records: list[dict[str, Any]] = []
-        metrics = scorer.score(specs, trajectories, evaluation=True, records=records)
-    finally:
-        scorer.close()
-        group.stop()
-        if owns_ray:
-            ray.shutdown()
+    with episode_group(config, model_path) as group:
+        scorer = HumanLMGroupScorer(config)
+        try:
+            began = time.perf_counter()
+            trajectories = group.play(specs, seed=config.experiment.seed, temperature=config.evaluation.temperature)
+            seconds = time.perf_counter() - began
+            records: list[dict[str, Any]] = []
+            metrics = scorer.score(specs, trajectories, evaluation=True, records=records)
+        finally:
+            scorer.close()
     metrics.update(rollout_metrics(trajectories, seconds, prefix="eval"))
     skipped = skipped_rows(split, **options)
     metrics.update({f"eval/humanlm/skipped_rows/{reason}": float(n) for reason, n in skipped.items()})
@@ -154,8 +145,9 @@ def run_user_evaluation(config: UserRLConfig, *, checkpoint: str | None = None, 
                "temperature": config.evaluation.temperature, "items": len(specs), "aborted": len(aborted),
                "aborted_errors": sorted(set(aborted.values())), "metrics": metrics}
     folder.mkdir(parents=True, exist_ok=True)
-    _write_atomic(folder / "replies.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
-    _write_atomic(folder / "metrics.json", json.dumps(summary, indent=2) + "\n")
+    replies = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    write_atomic(folder / "replies.jsonl", lambda tmp: tmp.write_text(replies, encoding="utf-8"))
+    write_atomic(folder / "metrics.json", lambda tmp: tmp.write_text(json.dumps(summary, indent=2) + "\n"))
     tracker = MLflowTracker(config, run_name=f"evaluate-user {label}",
                             tags={"userrl.kind": "user_evaluation", "judge": summary["judge"]})
     tracker.log_result({k: v for k, v in metrics.items() if math.isfinite(v)}, 0)
@@ -164,12 +156,6 @@ def run_user_evaluation(config: UserRLConfig, *, checkpoint: str | None = None, 
     summary["out"] = str(folder)
     summary["mlflow_run_id"] = tracker.run_id
     return summary
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
 
 
 def cli_evaluate_user(args: Any, console: Console) -> int:

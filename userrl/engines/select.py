@@ -28,6 +28,8 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
+from userrl.checkpoint import MODEL_DIR
+
 #: The values of `policy.engine`, `env.local_user_engine` and Serve's `engine`.
 EngineName = Literal["auto", "hf", "vllm"]
 
@@ -87,7 +89,7 @@ def vllm_probe() -> dict[str, Any] | str:
 
 def _model_name(model_path: str) -> str:
     path = Path(model_path)
-    return f"{path.parent.name}/{path.name}" if path.name == "model" else path.name  # a checkpoint's model/
+    return f"{path.parent.name}/{path.name}" if path.name == MODEL_DIR else path.name  # a checkpoint's model/
 
 
 def _model_facts(model_path: str) -> tuple[list[str], int | None]:
