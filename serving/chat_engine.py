@@ -42,17 +42,25 @@ TOOL_CALL_OPEN = "<tool_call>"
 
 
 def model_protocol(model_path: str, configured: str | None) -> str:
-    """The action protocol: configured, else the one recorded by `userrl export`, else tool_call.
+    """The action protocol: configured, else the one recorded by `userrl export`, else the one a checkpoint's
+    model/ was trained with (its meta.json), else tool_call.
 
     Raises ValueError for a protocol userrl does not know.
     """
     from pathlib import Path
 
+    from userrl.checkpoint import checkpoint_of_model
+
     meta = Path(model_path) / USERRL_META
-    protocol = configured or (json.loads(meta.read_text()).get("protocol", "tool_call") if meta.is_file()
-                              else "tool_call")
+    if configured:
+        protocol, where = configured, "the serving config"
+    elif meta.is_file():
+        protocol, where = json.loads(meta.read_text()).get("protocol", "tool_call"), str(meta)
+    elif (checkpoint := checkpoint_of_model(model_path)) is not None:
+        protocol, where = checkpoint.protocol, str(checkpoint.meta_file)
+    else:
+        protocol, where = "tool_call", "the default"
     if protocol not in PROTOCOLS:
-        where = "the serving config" if configured else str(meta)
         raise ValueError(f"protocol {protocol!r} (from {where}) is not one of {', '.join(PROTOCOLS)}")
     return protocol
 

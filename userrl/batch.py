@@ -20,10 +20,6 @@ class TensorBatch:
     role_ids: torch.Tensor
     sampler_logprobs: torch.Tensor
 
-    @property
-    def num_tokens(self) -> int:
-        return int(self.input_ids.numel())
-
 
 def collate(trajectories: list[Trajectory], pad_token_id: int, length: int | None = None) -> TensorBatch:
     """Pad trajectories on the right into tensors (padding: role -1, mask 0, attention 0)."""

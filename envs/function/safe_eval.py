@@ -129,8 +129,3 @@ class Formula:
             return float(node.value)
         # Unreachable: the tree was validated at load time.
         raise RuleError(f"rule {self.rule!r}: unexpected node {type(node).__name__}")
-
-
-def compile_rule(rule: str) -> Formula:
-    """Parse and validate a rule (raises RuleError)."""
-    return Formula(rule)

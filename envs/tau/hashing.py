@@ -8,7 +8,6 @@ per-record pieces; the helpers here define those pieces so both paths share one 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
 from typing import Any
 
 
@@ -38,9 +37,3 @@ def pair_text(key: str, value_text: str) -> str:
     return f"({key!r}, {value_text})"
 
 
-def tuple_text(parts: Iterable[str]) -> str:
-    """The text of a tuple from its elements' texts; a 1-tuple keeps Python's trailing comma."""
-    items = list(parts)
-    if len(items) == 1:
-        return f"({items[0]},)"
-    return "(" + ", ".join(items) + ")"

@@ -218,6 +218,12 @@ def test_the_protocol_comes_from_the_folder_and_is_checked(tiny_model, tmp_path)
         model_protocol(str(folder), None)
     assert model_protocol(str(folder), "native_tools") == "native_tools"  # the serving config wins
     assert model_protocol(str(Path(tiny_model)), None) == "tool_call"
+    # A checkpoint's model/ (`userrl serve --model runs/x/checkpoints/iter_000003`) speaks what it was trained in.
+    checkpoint = tmp_path / "checkpoints" / "iter_000003"
+    (checkpoint / "model").mkdir(parents=True)
+    (checkpoint / "model" / "config.json").write_text("{}")
+    (checkpoint / "meta.json").write_text(json.dumps({"iteration": 3, "config": {"env": {"protocol": "bracket"}}}))
+    assert model_protocol(str(checkpoint / "model"), None) == "bracket"
 
 
 def test_a_user_simulator_calls_no_tools(tiny_model):

@@ -232,13 +232,6 @@ def gym_rows(gym: str, split: str, seed: int = SEED) -> list[Row]:
     return rows
 
 
-def build_rows(split: str, gyms: Iterable[str] = GYMS, seed: int = SEED) -> list[Row]:
-    """The rows of a split over several gyms, regenerated from the gyms (what the shipped files hold)."""
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; use one of {list(SPLITS)}")
-    return [row for gym in gyms for row in gym_rows(gym, split, seed)]
-
-
 def data_path(gym: str, split: str, root: Path = DATA_DIR) -> Path:
     """Where the shipped rows of one gym and split live."""
     return root / f"{gym}_{split}.jsonl"
