@@ -10,7 +10,6 @@ training: `tool_call` with `tools=[TOOL_SCHEMA]`; `native_tools` with the gym's 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import uuid
@@ -31,6 +30,7 @@ from userrl.chat import (
 from userrl.chat_template import tool_chat_template
 from userrl.commands.export import USERRL_META
 from userrl.engines.base import GenerationOutput, GenerationRequest
+from userrl.rollout import request_seed
 from userrl.serving.protocol import APIError, ChatCompletionRequest, ToolCall, logprob_entry
 
 log = logging.getLogger(__name__)
@@ -81,12 +81,12 @@ def max_token_bytes(tokenizer: Any) -> int | None:
 
 
 def choice_seed(seed: int | None, index: int) -> int | None:
-    """The seed choice `index` of a request samples with: the request's for choice 0, then int64 seeds
-    derived from (seed, index), so that the choices differ and a request sent again replays them all."""
+    """The seed choice `index` of a request samples with: the request's for choice 0, then seeds
+    derived from (seed, index) as the rollout derives its per-turn seeds, so that the choices differ and a
+    request sent again replays them all."""
     if seed is None or index == 0:
         return seed
-    digest = hashlib.blake2b(f"{seed}/{index}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
+    return request_seed(seed, "choice", index)
 
 
 def token_texts(tokenizer: Any, token_ids: list[int]) -> list[str]:
