@@ -254,10 +254,6 @@ class RolloutCoordinator:
         metrics["time/rollout_wait_s"] = done - waited
         return trajectories, metrics
 
-    def rollout(self, iteration: int) -> tuple[list[Trajectory], dict[str, float]]:
-        """One iteration's batch: batch_size tasks x group_size episodes."""
-        return self.finish_rollout(self.start_rollout(iteration))
-
     def evaluate(self, num_tasks: int, split: str, temperature: float) -> tuple[list[Trajectory], dict[str, float]]:
         """Greedy (by default) episodes on the first tasks of each gym's evaluation split."""
         tasks = TaskMixture(self.config, split=split).first(num_tasks)

@@ -197,16 +197,37 @@ class EnvRunnerGroup:
                 on_progress(len(by_uid), len(specs))
         return [by_uid[spec.uid] for spec in specs]
 
-    @property
-    def healthy_runners(self) -> list[int]:
-        """Indices of the runners that answer now."""
-        answers = _answers({i: runner.ping.remote() for i, runner in enumerate(self.runners)}, timeout=5.0)
-        return [i for i, answer in sorted(answers.items()) if not isinstance(answer, BaseException)]
+    # ------------------------------------------------------------------------------------------ dispatch
+    # The group alone keeps each runner's load and which runners are down; a RolloutJob plays its chunks
+    # through these three.
 
-    def _pick_runner(self) -> int | None:
-        """The least-loaded live runner; None while every runner is down (being restarted)."""
-        candidates = [i for i in range(len(self.runners)) if i not in self._down]
-        return min(candidates, key=self._load.__getitem__) if candidates else None
+    @property
+    def live_runners(self) -> list[int]:
+        """Indices of the runners not known to be down (a down one is back once `check_runners` hears it)."""
+        return [i for i in range(len(self.runners)) if i not in self._down]
+
+    def start_chunk(self, specs: list[EpisodeSpec], seed: int,
+                    temperature: float | None = None) -> tuple[ray.ObjectRef, int] | None:
+        """Play a chunk on the least-loaded live runner: (the ref of its trajectories, the runner's index);
+        None while every runner is down (being restarted). Hand the ref to `finish_chunk` once it is ready."""
+        live = self.live_runners
+        if not live:
+            return None
+        runner = min(live, key=self._load.__getitem__)
+        self._load[runner] += 1
+        return self.runners[runner].run.remote(specs, seed, temperature), runner
+
+    def finish_chunk(self, ref: ray.ObjectRef, runner: int) -> list[Trajectory] | None:
+        """The trajectories of a chunk `start_chunk` began (`ref` ready); None when its runner died: it is
+        marked down and its restart counted (RuntimeError when restarts are off)."""
+        self._load[runner] -= 1
+        try:
+            trajectories = ray.get(ref)
+        except _ACTOR_DOWN as error:
+            self._runner_failed(runner, error)
+            return None
+        self._down.discard(runner)  # it answered: back from a restart, if it was down
+        return trajectories
 
     def check_runners(self) -> None:
         """Take back the runners that were down and answer again (Ray restarted them, maybe on another node)."""
@@ -451,17 +472,16 @@ class RolloutJob:
         self._submit()
 
     def _submit(self) -> None:
-        group = self.group
         while self.waiting and len(self.in_flight) < self.max_in_flight:
-            runner = group._pick_runner()
-            if runner is None:  # every runner is being restarted: the chunks wait for one to come back
+            index, specs = self.waiting[0]
+            started = self.group.start_chunk(specs, self.seeds[index], self.temperature)
+            if started is None:  # every runner is being restarted: the chunks wait for one to come back
                 if time.monotonic() - self.all_down_since > REPLICA_WAIT_S:
                     raise RuntimeError(f"no env runner came back within {REPLICA_WAIT_S:.0f} s")
                 return
-            index, specs = self.waiting.popleft()
-            ref = group.runners[runner].run.remote(specs, self.seeds[index], self.temperature)
+            self.waiting.popleft()
+            ref, runner = started
             self.in_flight[ref] = (index, runner, specs)
-            group._load[runner] += 1
 
     def _again(self, index: int, specs: list[EpisodeSpec], reason: str) -> None:
         """Play these episodes of chunk `index` again, or give them up as aborted."""
@@ -486,19 +506,15 @@ class RolloutJob:
                 time.sleep(HEALTH_CHECK_S)
             group.heal_replicas()
             group.check_runners()
-            if len(group._down) < len(group.runners):
+            if group.live_runners:
                 self.all_down_since = time.monotonic()
             if not ready:
                 continue
             index, runner, specs = self.in_flight.pop(ready[0])
-            group._load[runner] -= 1
-            try:
-                trajectories = ray.get(ready[0])
-            except _ACTOR_DOWN as error:
-                group._runner_failed(runner, error)
+            trajectories = group.finish_chunk(ready[0], runner)
+            if trajectories is None:  # its runner died: the whole chunk is played again
                 self._again(index, specs, "env_runner_lost")
             else:
-                group._down.discard(runner)
                 lost = [spec for spec, traj in zip(specs, trajectories, strict=True) if traj.error == REPLICA_LOST]
                 for traj in trajectories:
                     if traj.error != REPLICA_LOST:

@@ -163,7 +163,7 @@ def test_cancelled_rollout_stops_and_leaves_the_runners_usable(ray_local, tiny_m
             assert time.monotonic() < deadline
         assert stopped < 32, stopped  # the queued first turns were never generated
 
-        trajectories, metrics = coordinator.rollout(1)
+        trajectories, metrics = coordinator.finish_rollout(coordinator.start_rollout(1))  # the loop's path
         assert len(trajectories) == 32 and metrics["rollout/episodes"] == 32
         assert not any(t.aborted for t in trajectories)
         assert served() == stopped + sum(len(t.turns) for t in trajectories)

@@ -73,8 +73,10 @@ def test_a_killed_env_runner_costs_nothing_and_is_counted(ray_local, tiny_model,
         assert counters["rerun_episodes"] == len(chunks[0])  # the dead runner's whole chunk, played again
         assert counters["lost_episodes"] == 0
         deadline = time.monotonic() + 120
-        while sorted(group.healthy_runners) != [0, 1]:  # Ray restarts it (a loaded machine takes a while)
-            assert time.monotonic() < deadline, group.healthy_runners
+        while group.live_runners != [0, 1]:  # Ray restarts it, and the group takes it back (a loaded machine
+            assert time.monotonic() < deadline, group.live_runners  # takes a while)
+            group.check_runners()
+            time.sleep(0.2)
         assert ray.get(group.runners[0].ping.remote())["pid"] != victim
     finally:
         group.stop()
