@@ -43,6 +43,8 @@ from typing import Any
 from userrl.engines.base import Engine, GenerationOutput, GenerationRequest
 from userrl.models import head_dim
 
+log = logging.getLogger(__name__)
+
 #: vLLM workers load this class's methods into themselves (`worker_extension_cls`).
 WORKER_EXTENSION = "userrl.engines.vllm.WeightLoader"
 
@@ -198,6 +200,39 @@ def _shm_dir() -> str:
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
 
 
+#: vLLM releases (major.minor) whose AsyncLLM pulls every engine-core step's outputs through
+#: `engine_core.get_output_async` (the output handler in vllm/v1/engine/async_llm.py), so that wrapping it
+#: counts steps; tests/unit/test_vllm_step_counter.py fails on a release not listed until it is checked.
+STEP_COUNTER_VLLM = ("0.32",)
+
+
+def count_engine_steps(engine: Any, stats: dict[str, Any], version: str) -> bool:
+    """Count an AsyncLLM's engine-core steps as their outputs arrive (`steps`, their `step_rows`,
+    `step_output_s`: the outputs' transfer time) into `stats`; False on a vLLM release not checked.
+
+    How full the batch was is what a multi-turn rollout loses against one request per episode. vLLM's public
+    hook, a custom stat logger, needs `log_stats` (per-request bookkeeping on every step) and never sees the
+    transfer time, hence this wrapper of an internal method, applied only on releases it was checked on.
+    """
+    if ".".join(version.split(".")[:2]) not in STEP_COUNTER_VLLM:
+        log.warning("vLLM %s: engine steps are not counted (the step counter was checked on vLLM %s only)",
+                    version, ", ".join(STEP_COUNTER_VLLM))
+        return False
+    core = engine.engine_core
+    get_output = core.get_output_async
+
+    async def counted():
+        outputs = await get_output()
+        if outputs.outputs:
+            stats["steps"] += 1
+            stats["step_rows"] += len(outputs.outputs)
+            stats["step_output_s"] += max(0.0, time.monotonic() - outputs.timestamp)
+        return outputs
+
+    core.get_output_async = counted
+    return True
+
+
 def _finish(completion) -> str:
     return "stop" if completion.finish_reason == "stop" else "length"
 
@@ -252,7 +287,7 @@ class VLLMEngine(Engine):
             args.setdefault("block_size", 32)
         #: Prompt tokens received, those served from the prefix cache (not recomputed), tokens decoded; the
         #: engine core's steps that had outputs, their rows (requests with a new token: the batch actually
-        #: used), and the seconds their outputs took from the engine core to this process (`_count_steps`).
+        #: used), and the seconds their outputs took from the engine core to this process (`count_engine_steps`).
         self.stats = {"prompt_tokens": 0, "cached_prompt_tokens": 0, "decoded_tokens": 0, "open_sessions": 0,
                       "steps": 0, "step_rows": 0, "step_output_s": 0.0,
                       # sessions: opening prompts' tokens, those of them from the prefix cache, later chunks'
@@ -271,31 +306,9 @@ class VLLMEngine(Engine):
         except BaseException:
             self._stop_loop()
             raise
-        self._count_steps()
+        import vllm
 
-    def _count_steps(self) -> None:
-        """Count the engine core's steps as their outputs arrive (vLLM's output handler pulls them one step at
-        a time through `engine_core.get_output_async`): how many, how many rows each, and their transfer time.
-
-        How full the batch was is what a multi-turn rollout loses against one request per episode; vLLM's own
-        stats logging would give it too, at the cost of its per-request bookkeeping, hence this wrapper.
-        """
-        core = getattr(self._engine, "engine_core", None)
-        get_output = getattr(core, "get_output_async", None)
-        if get_output is None:  # another vLLM layout: nothing counted, nothing broken
-            return
-        stats = self.stats
-
-        async def counted():
-            outputs = await get_output()
-            rows = len(getattr(outputs, "outputs", None) or ())
-            if rows:
-                stats["steps"] += 1
-                stats["step_rows"] += rows
-                stats["step_output_s"] += max(0.0, time.monotonic() - getattr(outputs, "timestamp", time.monotonic()))
-            return outputs
-
-        core.get_output_async = counted
+        count_engine_steps(self._engine, self.stats, vllm.__version__)
 
     @staticmethod
     async def _start(args: dict[str, Any]):
