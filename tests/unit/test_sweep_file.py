@@ -2,6 +2,7 @@
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -17,6 +18,7 @@ from userrl.commands.sweep import (
     trial_cpus,
     trial_data,
     trial_label,
+    trial_status,
 )
 from userrl.config import ConfigError
 
@@ -303,3 +305,19 @@ def test_only_refuses_unknown_axes_and_positions(tmp_path, capsys, only, message
         load_sweep(path, only=[only])
     assert main(["sweep", str(path), "--only", only]) == 2  # the command says so before anything starts
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep.yaml"]
+
+
+@pytest.mark.parametrize(("metrics", "error", "status"), [
+    ({"iteration": 3, "done": True}, None, "TERMINATED"),
+    ({"iteration": 2, "done": True}, None, "INTERRUPTED"),  # stopped short, though Tune marked it done
+    ({"iteration": 3}, None, "INTERRUPTED"),  # its function never returned
+    ({}, None, "PENDING"),
+    ({"iteration": 1}, RuntimeError("boom"), "ERROR"),
+    ({}, RuntimeError("boom"), "ERROR"),
+])
+def test_trial_status_from_the_public_result(metrics, error, status):
+    assert trial_status(SimpleNamespace(metrics=metrics, error=error), iterations=3) == status
+
+
+def test_trial_status_without_a_known_length_trusts_done():
+    assert trial_status(SimpleNamespace(metrics={"iteration": 7, "done": True}, error=None), iterations=0) == "TERMINATED"

@@ -493,21 +493,29 @@ def _best(result: Any, metric: str, mode: str) -> float | None:
     return float(values.max() if mode == "max" else values.min())
 
 
+def trial_status(result: Any, iterations: int) -> str:
+    """A trial's status from Tune's public Result: ERROR (it raised), TERMINATED (its function returned, `done`,
+    after reporting all its `iterations`; 0 = not known), PENDING (it never reported), else INTERRUPTED."""
+    if result.error:
+        return "ERROR"
+    metrics = result.metrics or {}
+    reached = metrics.get("iteration")
+    if reached is None:
+        return "PENDING"
+    # `done` alone is not enough: a trial Tune stopped early (Ctrl-C) may be marked done too.
+    finished = metrics.get("done") and (not iterations or reached == iterations)
+    return "TERMINATED" if finished else "INTERRUPTED"
+
+
 def summarize(grid: Any, spec: SweepSpec, setup: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per trial: grid values, status, iterations, final and best metric, error."""
+    """One row per trial of Tune's ResultGrid: grid values, status, iterations, final and best metric, error."""
     rows = []
-    # Tune's own trial states (TERMINATED, ERROR, PENDING, ...); the results come in the same order.
-    trials = getattr(getattr(grid, "_experiment_analysis", None), "trials", None) or [None] * len(grid)
-    for result, trial in zip(grid, trials, strict=True):
+    for result in grid:
         metrics = result.metrics or {}
         point = result.config.get("grid", {})
-        status = trial.status if trial is not None else "ERROR" if result.error else "TERMINATED"
-        # Tune also calls a trial stopped by Ctrl-C TERMINATED; finished means all its iterations reported.
         iterations = parse_config(trial_data(setup["base"], point)).training.iterations if point else 0
-        if status == "TERMINATED" and iterations and metrics.get("iteration") != iterations:
-            status = "INTERRUPTED"
         rows.append({"trial": metrics.get("trial_id") or result.path.rsplit("/", 1)[-1], "params": point,
-                     "status": status, "iterations": metrics.get("iteration"),
+                     "status": trial_status(result, iterations), "iterations": metrics.get("iteration"),
                      "final": metrics.get(spec.tune.metric), "best": _best(result, spec.tune.metric, spec.tune.mode),
                      "success": metrics.get("rollout/success_rate"),
                      "valid": metrics.get("rollout/valid_action_rate"),
