@@ -7,10 +7,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
-#: Called by an incremental engine with (row in the batch, sampled token id) as each token is sampled;
-#: returning False ends that row at once (its caller has gone), True or None lets it go on.
-OnToken = Callable[[int, int], "bool | None"]
-
 
 @dataclass
 class GenerationRequest:

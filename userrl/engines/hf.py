@@ -31,10 +31,13 @@ import torch
 from transformers import AutoModelForCausalLM, Cache
 from transformers.cache_utils import DynamicLayer
 
-from userrl.engines.base import Engine, GenerationOutput, GenerationRequest, OnToken
+from userrl.engines.base import Engine, GenerationOutput, GenerationRequest
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values of one row, (heads, tokens, head_dim)
+#: `HFEngine.generate`'s token callback: (the request's row in the batch, its sampled token id), on the
+#: scheduler thread as each token is sampled; returning False ends that request there, as in `submit`.
+OnToken = Callable[[int, int], "bool | None"]
 
 
 def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
