@@ -145,6 +145,18 @@ def test_many_long_seeded_prompts_at_once(ray_local, replica, chat_ids):
     assert [o.token_ids for o in first] == [o.token_ids for o in again]
 
 
+def test_engine_steps_are_counted(ray_local, replica, chat_ids):
+    """The step counter (`count_engine_steps`, wrapping vLLM's output pull) sees every step that sampled: its
+    rows add up to the tokens the requests got, and requests served together share steps."""
+    before = ray_local.get(replica.get_stats.remote())
+    outputs = _served(ray_local, replica, _greedy(chat_ids))
+    after = ray_local.get(replica.get_stats.remote())
+    steps, rows = after["steps"] - before["steps"], after["step_rows"] - before["step_rows"]
+    assert rows == sum(len(o.token_ids) for o in outputs)
+    assert 0 < steps < rows
+    assert after["step_output_s"] > before["step_output_s"]
+
+
 def test_episode_turns_continue_one_session_and_match_hf(ray_local, replica, hf_engine, chat_ids, smollm2):
     """Turns sharing a cache_key continue one vLLM streaming session (only the new tokens are sent, the
     KV of the earlier turns stays); every turn equals the hf engine on the full prompt, token for token."""
