@@ -199,7 +199,7 @@ class EnvRunnerGroup:
 
     # ------------------------------------------------------------------------------------------ dispatch
     # The group alone keeps each runner's load and which runners are down; a RolloutJob plays its chunks
-    # through these three.
+    # through `start_chunk`, `finish_chunk`, `live_runners` and `check_runners`.
 
     @property
     def live_runners(self) -> list[int]:
