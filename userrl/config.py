@@ -6,19 +6,35 @@ message that names the key and the closest valid one.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import Any, Literal, get_type_hints
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
+from userrl.algorithms.settings import (  # torch-free: the CLI starts without torch
+    ADV_ESTIMATORS,
+    ESTIMATOR_SETTINGS,
+    GAE_ESTIMATORS,
+    GAEConfig,
+    GRPOConfig,
+    canonical_credit_method,
+    canonical_score_method,
+    setting_fields,
+    settings_of,
+)
 from userrl.engines.select import EngineName
-
-if TYPE_CHECKING:
-    # torch: imported by grpo()/gae() only, so the CLI starts without it
-    from userrl.algorithms import GAEConfig, GRPOConfig
 
 
 class ConfigError(ValueError):
@@ -305,24 +321,45 @@ class PolicyConfig(_Section):
     top_p: float = Field(1.0, gt=0, le=1, description="Rollout nucleus sampling (1 = off).")
 
 
-Estimator = Literal["grpo_multiturn", "gae", "gae_multiturn", "gae_bilevel", "gae_bilevel_weighted"]
-ESTIMATORS: tuple[str, ...] = get_args(Estimator)
-_GAE = ESTIMATORS[1:]
-_BILEVEL = ("gae_bilevel", "gae_bilevel_weighted")
+#: Each training key the estimators' settings declare (userrl/algorithms/settings.py), with its declarations:
+#: a key such as gamma is declared by several estimators, each with its own default.
+_DECLARED: dict[str, list[tuple[type, dataclasses.Field]]] = {}
+for settings_class in ESTIMATOR_SETTINGS:
+    for declared in setting_fields(settings_class):
+        _DECLARED.setdefault(declared.name, []).append((settings_class, declared))
+del settings_class, declared
+
+
+def _readers(key: str) -> tuple[str, ...]:
+    """The estimators that read a declared settings key."""
+    return tuple(name for name in ADV_ESTIMATORS if any(name in (f.metadata["only"] or settings.estimators)
+                                                        for settings, f in _DECLARED[key]))
+
+
+def _config_field(key: str) -> tuple[Any, Any]:
+    """The pydantic (type, Field) of a settings key, from its declarations; one declared by several estimators
+    defaults to null, which `TrainingConfig` fills with the chosen estimator's default."""
+    declarations = _DECLARED[key]
+    settings, first = declarations[0]
+    meta = first.metadata
+    annotation = Literal[meta["choices"]] if meta["choices"] else get_type_hints(settings)[key]
+    if len(declarations) == 1:
+        return annotation, Field(first.default, ge=meta["ge"], le=meta["le"], description=meta["doc"])
+    defaults = ", ".join(f"{f.default} for {'/'.join(s.estimators)}" for s, f in declarations)
+    doc = " ".join(f.metadata["doc"] for _, f in declarations) + f" null = the estimator's: {defaults}."
+    return annotation | None, Field(None, ge=meta["ge"], le=meta["le"], description=doc)
+
+
+#: The estimators' settings as config keys (training.turn_credit, training.lam, ...): built from their one
+#: declaration, so the config and the math cannot disagree on a name, default or bound.
+EstimatorSettings = create_model("EstimatorSettings", __base__=_Section,
+                                 **{key: _config_field(key) for key in _DECLARED})
 #: Training keys that only some estimators read (a non-default value with another estimator is an error).
 ESTIMATOR_KEYS: dict[str, tuple[str, ...]] = {
-    "trajectory_score": ("grpo_multiturn",),  # also GAE with reward_placement outcome (the score is the reward)
-    "turn_credit": ("grpo_multiturn",),
-    "norm_adv_by_std": ("grpo_multiturn",),
-    "eps": ("grpo_multiturn",),
-    "mean_score_round": ("grpo_multiturn",),
-    "lam": _GAE,
-    "gamma_H": _BILEVEL,
-    "lam_H": _BILEVEL,
-    "turn_level_weight": ("gae_bilevel_weighted",),
-    "mt_gae_returns": ("gae_multiturn",),
-    "reward_placement": _GAE,
-    "whiten_advantages": _GAE,
+    **{key: _readers(key) for key in _DECLARED if _readers(key) != ADV_ESTIMATORS},
+    # also GAE with reward_placement outcome: the score is the reward (TrainingConfig._keys_of_the_estimator)
+    "reward_placement": GAE_ESTIMATORS,
+    "whiten_advantages": GAE_ESTIMATORS,
 }
 #: RAGEN's settings (spec ALGORITHMS.md 4.9), filled in by `training.preset` where a config leaves them out.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -339,9 +376,10 @@ def _users_hint(unused: list[str]) -> str:
     return "; ".join(f"{key}: {', '.join(ESTIMATOR_KEYS[key])}" for key in keys)
 
 
-class TrainingConfig(_Section):
-    """The RL update. The GRPO estimator's settings (trajectory_score .. mean_score_round) are the fields of
-    `userrl.algorithms.GRPOConfig` under the same names: `grpo()` builds it from them."""
+class TrainingConfig(EstimatorSettings):
+    """The RL update. The estimators' settings (trajectory_score, turn_credit, gamma, lam, ...) are the fields
+    of `userrl.algorithms.GRPOConfig` and `GAEConfig`, inherited from `EstimatorSettings`; `grpo()` and
+    `gae()` build those from them."""
 
     iterations: int = Field(20, ge=0, description="RL iterations (rollout, update, weight sync); 0 = none.")
     batch_size: int = Field(8, ge=1, description="Tasks per iteration; each is rolled out group_size times.")
@@ -354,20 +392,6 @@ class TrainingConfig(_Section):
     mini_batch_size: int | None = Field(None, ge=1, description="Trajectories per optimizer step; null = all.")
     ppo_epochs: int = Field(1, ge=1, description="Passes over each iteration's trajectories.")
     micro_batch_tokens: int = Field(8192, ge=64, description="Padded tokens per forward/backward pass.")
-    trajectory_score: str = Field(
-        "mean", description="Turn rewards -> trajectory score: mean (UserRL's 'Sum', rounded), sum, or r2g "
-        "(discounted by gamma).")
-    turn_credit: str = Field(
-        "equalized", description="How a trajectory's normalized score is spread over its turns: equalized, r2g "
-        "(reward-to-go) or em (exponential map of the turn reward).")
-    gamma: float | None = Field(
-        None, ge=0, le=1, description="Discount: of GRPO's r2g score and credits, or the token-level GAE discount; "
-        "null = 0.8 for grpo_multiturn, 1.0 for the GAE estimators (RAGEN).")
-    norm_adv_by_std: bool = Field(True, description="Divide group-centered scores by the group's std (+ eps); "
-                                  "false = centering only.")
-    eps: float = Field(1e-6, description="Added to the group std before dividing.")
-    mean_score_round: int | None = Field(
-        4, description="Decimals of the mean score (UserRL's 4, so tied groups match the original); null = exact.")
     clip_ratio_low: float = Field(0.2, description="PPO clip: the ratio is kept above 1 - clip_ratio_low.")
     clip_ratio_high: float = Field(0.2, description="PPO clip: the ratio is kept below 1 + clip_ratio_high.")
     clip_ratio_c: float = Field(3.0, gt=1, description="Dual clip: a negative-advantage token's loss is at most "
@@ -379,7 +403,7 @@ class TrainingConfig(_Section):
     kl_loss_coef: float = Field(0.001, description="Weight of the KL penalty.")
     kl_loss_type: Literal["kl", "abs", "mse", "low_var_kl"] = Field(
         "low_var_kl", description="KL estimator: kl (k1), abs, mse (k2) or low_var_kl (k3).")
-    adv_estimator: Estimator = Field(
+    adv_estimator: Literal[ADV_ESTIMATORS] = Field(
         "grpo_multiturn", description="Advantage estimator: grpo_multiturn (UserRL, no critic) or one of RAGEN's "
         "GAE variants with a critic (spec ALGORITHMS.md 4): gae (env tokens are ordinary steps), gae_multiturn "
         "(env tokens skipped), gae_bilevel (turn-level then token-level GAE), gae_bilevel_weighted (its blend).")
@@ -387,14 +411,6 @@ class TrainingConfig(_Section):
         None, description="Fills the training keys a config leaves out with RAGEN's settings (spec 4.9): ragen = "
         "gae, clip 0.2/0.28, entropy_coeff 0.001, gamma = lam = 1; ragen_multiturn = gae_bilevel_weighted, "
         "gamma = lam = 1, gamma_H = lam_H = 0.95, turn_level_weight 0.1, clip 0.2/0.2, KL loss 0.001.")
-    lam: float = Field(1.0, ge=0, le=1, description="GAE lambda (token level; GAE estimators only).")
-    gamma_H: float = Field(0.95, ge=0, le=1, description="Turn-level discount (gae_bilevel*, spec 4.4).")
-    lam_H: float = Field(0.95, ge=0, le=1, description="Turn-level GAE lambda (gae_bilevel*, spec 4.4).")
-    turn_level_weight: float = Field(0.1, ge=0, le=1, description="w of the cross-level blend "
-                                     "(gae_bilevel_weighted, spec 4.5).")
-    mt_gae_returns: Literal["adv_plus_value", "cumulative"] = Field(
-        "adv_plus_value", description="Critic targets of gae_multiturn: A + V, or the discounted reward sum over "
-        "agent tokens (spec 4.3).")
     reward_placement: Literal["turn", "outcome"] = Field(
         "turn", description="GAE estimators: each turn's reward on its last sampled token (turn), or the "
         "trajectory score on the last sampled token (outcome) (spec 1.6).")
@@ -418,18 +434,31 @@ class TrainingConfig(_Section):
 
     @model_validator(mode="before")
     @classmethod
-    def _preset_and_gamma(cls, data: Any) -> Any:
+    def _preset_and_estimator_defaults(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
         data = dict(data)
         preset = PRESETS.get(data.get("preset") or "", {})
         estimator = data.get("adv_estimator", preset.get("adv_estimator", "grpo_multiturn"))
         for key, value in preset.items():  # only keys the config leaves out, and only those its estimator uses
-            if data.get(key) is None and estimator in ESTIMATOR_KEYS.get(key, ESTIMATORS):
+            if data.get(key) is None and estimator in ESTIMATOR_KEYS.get(key, ADV_ESTIMATORS):
                 data[key] = value
-        if data.get("gamma") is None:
-            data["gamma"] = 0.8 if data.get("adv_estimator", "grpo_multiturn") == "grpo_multiturn" else 1.0
+        if estimator in ADV_ESTIMATORS:  # an unknown one is named by the adv_estimator field's own error
+            own = {f.name: f.default for f in setting_fields(settings_of(estimator))}
+            for key in (key for key, declarations in _DECLARED.items() if len(declarations) > 1):
+                if data.get(key) is None:  # e.g. gamma: GRPO's 0.8 or RAGEN's 1.0
+                    data[key] = own[key]
         return data
+
+    @field_validator("trajectory_score", mode="before")
+    @classmethod
+    def _score(cls, value: str) -> str:
+        return canonical_score_method(value)  # the one place names are mapped: the math takes canonical ones
+
+    @field_validator("turn_credit", mode="before")
+    @classmethod
+    def _credit(cls, value: str) -> str:
+        return canonical_credit_method(value)
 
     @model_validator(mode="after")
     def _keys_of_the_estimator(self) -> TrainingConfig:
@@ -449,35 +478,16 @@ class TrainingConfig(_Section):
         """Whether the estimator needs a value model (every GAE estimator)."""
         return self.adv_estimator != "grpo_multiturn"
 
+    def grpo(self) -> GRPOConfig:
+        """The `userrl.algorithms.GRPOConfig` of these settings."""
+        return self._settings(GRPOConfig)
+
     def gae(self) -> GAEConfig:
         """The `userrl.algorithms.GAEConfig` of these settings (GAE estimators)."""
-        from userrl.algorithms import GAEConfig
+        return self._settings(GAEConfig, estimator=self.adv_estimator)
 
-        return GAEConfig(estimator=self.adv_estimator, gamma=self.gamma, lam=self.lam, gamma_H=self.gamma_H,
-                         lam_H=self.lam_H, turn_level_weight=self.turn_level_weight,
-                         mt_gae_returns=self.mt_gae_returns)
-
-    @field_validator("trajectory_score")
-    @classmethod
-    def _score(cls, value: str) -> str:
-        from userrl.algorithms import canonical_score_method
-
-        return canonical_score_method(value)
-
-    @field_validator("turn_credit")
-    @classmethod
-    def _credit(cls, value: str) -> str:
-        from userrl.algorithms import canonical_credit_method
-
-        return canonical_credit_method(value)
-
-    def grpo(self) -> GRPOConfig:
-        """The `userrl.algorithms.GRPOConfig` of these settings (its fields, read from here by name)."""
-        from dataclasses import fields
-
-        from userrl.algorithms import GRPOConfig
-
-        return GRPOConfig(**{f.name: getattr(self, f.name) for f in fields(GRPOConfig)})
+    def _settings(self, settings: type, **extra: Any) -> Any:
+        return settings(**{f.name: getattr(self, f.name) for f in setting_fields(settings)}, **extra)
 
 
 class CriticConfig(_Section):
@@ -603,7 +613,7 @@ class UserRLConfig(_Section):
         if changed and not self.training.uses_critic:
             raise ValueError(
                 f"{', '.join(changed)}: training.adv_estimator=grpo_multiturn has no critic; set "
-                f"training.adv_estimator to a GAE estimator ({', '.join(_GAE)}) or remove the critic settings")
+                f"training.adv_estimator to a GAE estimator ({', '.join(GAE_ESTIMATORS)}) or remove the critic settings")
         if self.sft.enabled and self.sft.source == "solver" and self.env.protocol == "native_tools":
             from userrl.envs.registry import solver_plays_native_tools
 

@@ -329,12 +329,16 @@ def test_broadcast_rejects_mismatched_batch():
 
 
 def test_sum_alias_means_mean_and_warns():
+    from userrl.config import load_config
+
     with pytest.warns(DeprecationWarning, match="Sum"):
         assert canonical_score_method("Sum") == "mean"
-    with pytest.warns(DeprecationWarning):
-        assert trajectory_score([0.0, 1.0], "Sum") == 0.5
-    with pytest.warns(DeprecationWarning):
-        assert GRPOConfig(trajectory_score="Sum").trajectory_score == "mean"
+    with pytest.warns(DeprecationWarning):  # names are mapped once, by the config; the math takes canonical ones
+        grpo = load_config(None, ["training.trajectory_score=Sum"]).training.grpo()
+    assert grpo.trajectory_score == "mean"
+    assert trajectory_score([0.0, 1.0], grpo.trajectory_score) == 0.5
+    with pytest.raises(ValueError, match="'Sum'"):
+        trajectory_score([0.0, 1.0], "Sum")
 
 
 @pytest.mark.parametrize(
@@ -355,8 +359,10 @@ def test_lowercase_sum_is_a_true_sum():
     [("Equalized", "equalized"), ("equalized", "equalized"), ("R2G", "r2g"), ("EM", "em"), ("eM", "em")],
 )
 def test_credit_names_are_case_insensitive(name, canonical):
+    from userrl.config import load_config
+
     assert canonical_credit_method(name) == canonical
-    assert GRPOConfig(turn_credit=name).turn_credit == canonical
+    assert load_config(None, [f"training.turn_credit={name}"]).training.grpo().turn_credit == canonical
 
 
 def test_unknown_score_lists_valid_names():
