@@ -6,7 +6,6 @@ Imports neither torch nor numpy, so the config (and the CLI) reads it without lo
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import Field, dataclass, field, fields
 from typing import Any, ClassVar
 
@@ -16,10 +15,6 @@ BILEVEL_ESTIMATORS = ("gae_bilevel", "gae_bilevel_weighted")
 TRAJECTORY_SCORES = ("mean", "sum", "r2g")
 TURN_CREDITS = ("equalized", "r2g", "em")
 MT_GAE_RETURNS = ("adv_plus_value", "cumulative")
-
-# Score names are case-sensitive on purpose: UserRL's "Sum" is a mean, while our "sum" is a true sum.
-_SCORE_ALIASES = {"Sum": "mean", "R2G": "r2g"}
-_DEPRECATED_SCORE_ALIASES = {"Sum": "the original UserRL 'Sum' option averages over turns"}
 
 
 def setting(default: Any, doc: str, *, choices: tuple[str, ...] = (), ge: float | None = None,
@@ -52,33 +47,6 @@ def check_name(kind: str, name: str, valid: tuple[str, ...]) -> str:
     if name not in valid:
         raise ValueError(f"unknown {kind} {name!r}; valid: {', '.join(valid)}")
     return name
-
-
-def canonical_score_method(name: str) -> str:
-    """Map a trajectory-score name or UserRL alias to one of TRAJECTORY_SCORES."""
-    if name in TRAJECTORY_SCORES:
-        return name
-    if name not in _SCORE_ALIASES:
-        aliases = ", ".join(f"{alias} -> {target}" for alias, target in _SCORE_ALIASES.items())
-        raise ValueError(
-            f"unknown trajectory score {name!r}; valid: {', '.join(TRAJECTORY_SCORES)} (aliases: {aliases})"
-        )
-    canonical = _SCORE_ALIASES[name]
-    if name in _DEPRECATED_SCORE_ALIASES:
-        warnings.warn(
-            f"trajectory score {name!r} is deprecated, use {canonical!r} ({_DEPRECATED_SCORE_ALIASES[name]})",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-    return canonical
-
-
-def canonical_credit_method(name: str) -> str:
-    """Map a turn-credit name (case-insensitive, e.g. UserRL's "Equalized") to one of TURN_CREDITS."""
-    canonical = name.lower() if isinstance(name, str) else name
-    if canonical not in TURN_CREDITS:
-        raise ValueError(f"unknown turn credit {name!r}; valid: {', '.join(TURN_CREDITS)} (case-insensitive)")
-    return canonical
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import warnings
 from pathlib import Path
 from typing import Any, Literal, get_type_hints
 
@@ -27,10 +28,10 @@ from userrl.algorithms.settings import (  # torch-free: the CLI starts without t
     ADV_ESTIMATORS,
     ESTIMATOR_SETTINGS,
     GAE_ESTIMATORS,
+    TRAJECTORY_SCORES,
+    TURN_CREDITS,
     GAEConfig,
     GRPOConfig,
-    canonical_credit_method,
-    canonical_score_method,
     setting_fields,
     settings_of,
 )
@@ -319,6 +320,38 @@ class PolicyConfig(_Section):
     temperature: float = Field(1.0, ge=0, description="Rollout sampling temperature (0 = greedy); the learner "
                                "scores tokens at the same temperature.")
     top_p: float = Field(1.0, gt=0, le=1, description="Rollout nucleus sampling (1 = off).")
+
+
+# Score names are case-sensitive on purpose: UserRL's "Sum" is a mean, while our "sum" is a true sum.
+_SCORE_ALIASES = {"Sum": "mean", "R2G": "r2g"}
+_DEPRECATED_SCORE_ALIASES = {"Sum": "the original UserRL 'Sum' option averages over turns"}
+
+
+def canonical_score_method(name: str) -> str:
+    """Map a trajectory-score name or UserRL alias to one of TRAJECTORY_SCORES."""
+    if name in TRAJECTORY_SCORES:
+        return name
+    if name not in _SCORE_ALIASES:
+        aliases = ", ".join(f"{alias} -> {target}" for alias, target in _SCORE_ALIASES.items())
+        raise ValueError(
+            f"unknown trajectory score {name!r}; valid: {', '.join(TRAJECTORY_SCORES)} (aliases: {aliases})"
+        )
+    canonical = _SCORE_ALIASES[name]
+    if name in _DEPRECATED_SCORE_ALIASES:
+        warnings.warn(
+            f"trajectory score {name!r} is deprecated, use {canonical!r} ({_DEPRECATED_SCORE_ALIASES[name]})",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+    return canonical
+
+
+def canonical_credit_method(name: str) -> str:
+    """Map a turn-credit name (case-insensitive, e.g. UserRL's "Equalized") to one of TURN_CREDITS."""
+    canonical = name.lower() if isinstance(name, str) else name
+    if canonical not in TURN_CREDITS:
+        raise ValueError(f"unknown turn credit {name!r}; valid: {', '.join(TURN_CREDITS)} (case-insensitive)")
+    return canonical
 
 
 #: Each training key the estimators' settings declare (userrl/algorithms/settings.py), with its declarations:

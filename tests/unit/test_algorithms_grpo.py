@@ -13,8 +13,6 @@ from userrl.algorithms import (
     TURN_CREDITS,
     GRPOConfig,
     broadcast_advantages,
-    canonical_credit_method,
-    canonical_score_method,
     group_moments,
     group_normalize,
     group_statistics,
@@ -25,6 +23,7 @@ from userrl.algorithms import (
     trajectory_score,
     turn_credits,
 )
+from userrl.config import canonical_credit_method, canonical_score_method, load_config
 
 SPEC = 1.1e-6  # the spec's tables are rounded to 6 decimals
 EPS = 1e-6
@@ -329,8 +328,6 @@ def test_broadcast_rejects_mismatched_batch():
 
 
 def test_sum_alias_means_mean_and_warns():
-    from userrl.config import load_config
-
     with pytest.warns(DeprecationWarning, match="Sum"):
         assert canonical_score_method("Sum") == "mean"
     with pytest.warns(DeprecationWarning):  # names are mapped once, by the config; the math takes canonical ones
@@ -359,8 +356,6 @@ def test_lowercase_sum_is_a_true_sum():
     [("Equalized", "equalized"), ("equalized", "equalized"), ("R2G", "r2g"), ("EM", "em"), ("eM", "em")],
 )
 def test_credit_names_are_case_insensitive(name, canonical):
-    from userrl.config import load_config
-
     assert canonical_credit_method(name) == canonical
     assert load_config(None, [f"training.turn_credit={name}"]).training.grpo().turn_credit == canonical
 
