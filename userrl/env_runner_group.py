@@ -143,7 +143,7 @@ class EnvRunnerGroup:
         self._weights: Any = None
         self._sender: GroupSender | None = None  # the weight-sync group, formed at the first sync
         self._members: dict[int, int] = {}  # replica index -> its workers' first rank in the group
-        self._group_refused = pc.vllm.get("weight_sync", "group") != "group"  # or: could not be formed
+        self._group_refused = pc.vllm_settings().weight_sync != "group"  # or: could not be formed
         self._group_worked = False  # some sync went through a group
         self.bucket_bytes = DEFAULT_BUCKET_BYTES
         #: How each replica got the last weights ("group" or "object_store"), and that sync's seconds per phase.

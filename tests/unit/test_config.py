@@ -186,3 +186,13 @@ def test_episode_budgets_are_the_config_keys_of_the_same_names():
                                 "env.show_reward_in_feedback=true", "env.role_failure=fallback"])
     assert RolloutLimits.from_config(config) == RolloutLimits(3, 7, 99, 50, 0.5, 0.9, True, "fallback")
     assert RolloutLimits.from_config(config, temperature=0.0).temperature == 0.0
+
+
+def test_vllm_settings_have_one_home_for_their_defaults():
+    """`policy.vllm` keeps what the config sets; VLLMSettings fills the rest, for the config and the engine."""
+    config = load_config(None, ["policy.vllm.sessions=false", "policy.vllm.block_size=16"])
+    assert config.policy.vllm == {"sessions": False, "block_size": 16}
+    settings = config.policy.vllm_settings()
+    assert (settings.sessions, settings.weight_sync, settings.sleep_mode, settings.gpu_memory_utilization) == (
+        False, "group", False, 0.5)
+    assert settings.model_dump()["block_size"] == 16  # a vLLM engine argument passes through to the engine
