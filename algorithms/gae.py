@@ -19,39 +19,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
-ADV_ESTIMATORS = ("grpo_multiturn", "gae", "gae_multiturn", "gae_bilevel", "gae_bilevel_weighted")
-GAE_ESTIMATORS = ADV_ESTIMATORS[1:]
-MT_GAE_RETURNS = ("adv_plus_value", "cumulative")
-
-
-@dataclass(frozen=True)
-class GAEConfig:
-    """Settings of the GAE estimators (spec Appendix B); every discount, lambda and weight lies in [0, 1]."""
-
-    estimator: str = "gae"
-    gamma: float = 1.0
-    lam: float = 1.0
-    gamma_H: float = 0.95
-    lam_H: float = 0.95
-    turn_level_weight: float = 0.1
-    mt_gae_returns: str = "adv_plus_value"
-
-    def __post_init__(self) -> None:
-        if self.estimator not in GAE_ESTIMATORS:
-            raise ValueError(f"unknown GAE estimator {self.estimator!r}; valid: {', '.join(GAE_ESTIMATORS)}")
-        if self.mt_gae_returns not in MT_GAE_RETURNS:
-            raise ValueError(
-                f"unknown mt_gae_returns {self.mt_gae_returns!r}; valid: {', '.join(MT_GAE_RETURNS)}"
-            )
-        for name in ("gamma", "lam", "gamma_H", "lam_H", "turn_level_weight"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name} must lie in [0, 1], got {value}")
-
+from .settings import MT_GAE_RETURNS, GAEConfig, check_name
 
 # ---------------------------------------------------------------------------------------------------
 # Per-trajectory estimators (4.2 - 4.5)
@@ -87,8 +58,7 @@ def multiturn_gae(
     Env positions have no TD error and pass A on with factor 1, so one discount step separates the last
     token of a turn from the first token of the next. Rewards on env positions are dropped.
     """
-    if returns not in MT_GAE_RETURNS:
-        raise ValueError(f"unknown mt_gae_returns {returns!r}; valid: {', '.join(MT_GAE_RETURNS)}")
+    check_name("mt_gae_returns", returns, MT_GAE_RETURNS)
     r, v, m = _row(rewards, values, mask)
     length = len(r)
     g = [gamma if m_t else 1.0 for m_t in m]

@@ -13,49 +13,15 @@ Pipeline, one function per step:
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-TRAJECTORY_SCORES = ("mean", "sum", "r2g")
-TURN_CREDITS = ("equalized", "r2g", "em")
-
-# Score names are case-sensitive on purpose: UserRL's "Sum" is a mean, while our "sum" is a true sum.
-_SCORE_ALIASES = {"Sum": "mean", "R2G": "r2g"}
-_DEPRECATED_SCORE_ALIASES = {"Sum": "the original UserRL 'Sum' option averages over turns"}
+from .settings import TRAJECTORY_SCORES, TURN_CREDITS, GRPOConfig, check_name
 
 # Below this |S_b| a trajectory has no credited tokens (2.5); exact zeros are the common case.
 _ZERO_CREDIT_SUM = 1e-12
-
-
-def canonical_score_method(name: str) -> str:
-    """Map a trajectory-score name or UserRL alias to one of TRAJECTORY_SCORES."""
-    if name in TRAJECTORY_SCORES:
-        return name
-    if name not in _SCORE_ALIASES:
-        aliases = ", ".join(f"{alias} -> {target}" for alias, target in _SCORE_ALIASES.items())
-        raise ValueError(
-            f"unknown trajectory score {name!r}; valid: {', '.join(TRAJECTORY_SCORES)} (aliases: {aliases})"
-        )
-    canonical = _SCORE_ALIASES[name]
-    if name in _DEPRECATED_SCORE_ALIASES:
-        warnings.warn(
-            f"trajectory score {name!r} is deprecated, use {canonical!r} ({_DEPRECATED_SCORE_ALIASES[name]})",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-    return canonical
-
-
-def canonical_credit_method(name: str) -> str:
-    """Map a turn-credit name (case-insensitive, e.g. UserRL's "Equalized") to one of TURN_CREDITS."""
-    canonical = name.lower() if isinstance(name, str) else name
-    if canonical not in TURN_CREDITS:
-        raise ValueError(f"unknown turn credit {name!r}; valid: {', '.join(TURN_CREDITS)} (case-insensitive)")
-    return canonical
 
 
 def trajectory_score(
@@ -65,7 +31,7 @@ def trajectory_score(
     mean_score_round: int | None = 4,
 ) -> float:
     """Score one trajectory from its turn rewards: mean (rounded), sum, or discounted sum (r2g)."""
-    method = canonical_score_method(method)
+    check_name("trajectory score", method, TRAJECTORY_SCORES)
     if method == "mean":
         if len(rewards) == 0:
             return 0.0
@@ -85,7 +51,7 @@ def trajectory_score(
 
 def turn_credits(rewards: Sequence[float], method: str = "equalized", gamma: float = 0.8) -> list[float]:
     """Credit of each turn: 1 (equalized), reward-to-go (r2g), or 2.3's exponential map rounded to 4 places (em)."""
-    method = canonical_credit_method(method)
+    check_name("turn credit", method, TURN_CREDITS)
     if method == "equalized":
         return [1.0] * len(rewards)
     if method == "r2g":
@@ -201,22 +167,6 @@ def groups_with_signal(group_ids: Sequence[str], advantages: Sequence[torch.Tens
         raise ValueError(f"got {len(group_ids)} group ids but {len(advantages)} advantage rows")
     teaching = {group for group, adv in zip(group_ids, advantages, strict=True) if bool(torch.any(adv != 0))}
     return [index for index, group in enumerate(group_ids) if group in teaching]
-
-
-@dataclass
-class GRPOConfig:
-    """Settings of the multi-turn GRPO estimator (spec 2.8); names are canonicalized on creation."""
-
-    trajectory_score: str = "mean"
-    turn_credit: str = "equalized"
-    gamma: float = 0.8
-    norm_adv_by_std: bool = True
-    eps: float = 1e-6
-    mean_score_round: int | None = 4
-
-    def __post_init__(self) -> None:
-        self.trajectory_score = canonical_score_method(self.trajectory_score)
-        self.turn_credit = canonical_credit_method(self.turn_credit)
 
 
 def grpo_multiturn_advantages(

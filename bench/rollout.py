@@ -176,9 +176,8 @@ def naive_loop(config, model_path: str, episodes: int) -> tuple[int, float, int]
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, config.policy.dtype)).eval()
     chat = ChatFormat(tokenizer, config.env.protocol)
-    pc, ec = config.policy, config.env
-    limits = RolloutLimits(max_turns=ec.max_turns, max_new_tokens=pc.max_new_tokens, max_model_len=pc.max_model_len,
-                           temperature=pc.temperature)
+    ec = config.env
+    limits = RolloutLimits.from_config(config)
 
     async def generate(request):
         torch.manual_seed(request.seed)
@@ -210,12 +209,12 @@ def client_costs(config, model_path: str, trajectories, tasks) -> dict[str, floa
 
     from userrl.chat import ChatFormat
     from userrl.engines.base import GenerationOutput
-    from userrl.env_runner_group import env_kwargs, rollout_limits
+    from userrl.env_runner_group import env_kwargs
     from userrl.envs import make_env
-    from userrl.rollout import TokenPolicy, run_episode
+    from userrl.rollout import RolloutLimits, TokenPolicy, run_episode
 
     chat = ChatFormat(AutoTokenizer.from_pretrained(model_path), config.env.protocol)
-    limits, kwargs = rollout_limits(config), env_kwargs(config)
+    limits, kwargs = RolloutLimits.from_config(config), env_kwargs(config)
     spent: Counter = Counter()
 
     def timed(name: str, function):

@@ -380,7 +380,7 @@ def build_app(config: ServeConfig):
     try:
         check_engine_options(engine, config.engine_options)
     except ValueError as error:
-        raise ConfigError(f"engine={config.engine} runs hf here ({reason}): {error}") from None
+        raise ConfigError(f"engine={config.engine} runs {engine} here ({reason}): {error}") from None
     announce_engine(engine, reason)
     pad = AutoTokenizer.from_pretrained(model_path).pad_token_id or 0
     model = model_deployment(config, model_path, pad, engine)

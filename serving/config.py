@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from userrl.config import ConfigError, HFSettings, apply_overrides, read_yaml_mapping
+from userrl.config import ConfigError, Dtype, HFSettings, VLLMSettings, apply_overrides, read_yaml_mapping
 from userrl.engines.select import EngineName
 
 
@@ -40,7 +40,7 @@ class ServeConfig(_Section):
     model_name: str | None = Field(None, description="id in /v1/models and requests (default: the folder name)")
     engine: EngineName = Field("auto", description="inference engine: auto (vllm where vLLM imports and supports "
                                "the model, else hf; userrl/engines/select.py), hf or vllm")
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    dtype: Dtype = Field("float32", description="weights of the engine (as policy.dtype)")
     engine_options: dict[str, Any] = Field(default_factory=dict, description="engine settings (as policy.hf or "
                                            "policy.vllm)")
     protocol: Literal["tool_call", "bracket", "native_tools", "user_reply"] | None = Field(
@@ -67,20 +67,24 @@ class ServeConfig(_Section):
         if self.default_max_tokens >= self.max_model_len:
             raise ValueError(f"default_max_tokens ({self.default_max_tokens}) must be below max_model_len "
                              f"({self.max_model_len})")
-        if self.engine == "hf":  # auto: checked once resolved (build_app)
-            check_engine_options("hf", self.engine_options)
+        if self.engine != "auto":  # auto: checked once resolved (build_app)
+            check_engine_options(self.engine, self.engine_options)
         return self
 
 
+#: The settings class of each engine's `engine_options`: the policy's (`policy.hf`, `policy.vllm`).
+ENGINE_SETTINGS: dict[str, type[BaseModel]] = {"hf": HFSettings, "vllm": VLLMSettings}
+
+
 def check_engine_options(engine: str, options: dict[str, Any]) -> None:
-    """The hf engine's settings are typed and closed (vLLM's pass through); ValueError naming the bad ones."""
-    if engine != "hf":
-        return
+    """Check `engine_options` with the engine's settings class (hf's closed, vLLM's other keys pass through);
+    ValueError naming the bad ones."""
+    settings = ENGINE_SETTINGS[engine]
     try:
-        HFSettings.model_validate(options)
+        settings.model_validate(options)
     except ValidationError as error:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
-        raise ValueError(f"engine_options for the hf engine ({', '.join(HFSettings.model_fields)}): "
+        raise ValueError(f"engine_options for the {engine} engine ({', '.join(settings.model_fields)}): "
                          f"{problems}") from None
 
 

@@ -60,12 +60,19 @@ def check_ray_address(address: str, timeout_s: float = 5.0) -> None:
         raise ConnectionError(f"cannot reach the Ray cluster at {address} ({error}); {hint}") from None
 
 
+def run_cpus(config: UserRLConfig, driver: float, learners: bool = True) -> float:
+    """Ray CPUs one run reserves: its driver's share, the policy and local user replicas, the env runners and
+    (`learners`) the learner group; the one count behind a local Ray's size and a sweep trial's bundles."""
+    users = config.env.local_user_replicas if config.env.backend == "local" else 0
+    total = (driver + (config.policy.num_replicas + users) * config.policy.num_cpus_per_replica
+             + config.env_runners.num_env_runners * config.env_runners.num_cpus_per_env_runner)
+    return total + (config.learners.num_learners * config.learners.num_cpus_per_learner if learners else 0.0)
+
+
 def ray_cpus(config: UserRLConfig) -> int:
-    """Logical CPUs of a local Ray: enough for every actor's fraction, at least the machine's cores."""
-    needed = (config.learners.num_learners * config.learners.num_cpus_per_learner
-              + config.policy.num_replicas * config.policy.num_cpus_per_replica
-              + config.env_runners.num_env_runners * config.env_runners.num_cpus_per_env_runner + 1)
-    return max(os.cpu_count() or 1, math.ceil(needed))
+    """Logical CPUs of a local Ray: enough for every actor's fraction (and one for the driver), at least the
+    machine's cores."""
+    return max(os.cpu_count() or 1, math.ceil(run_cpus(config, driver=1.0)))
 
 
 def init_ray(config: UserRLConfig) -> bool:

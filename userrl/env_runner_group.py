@@ -44,15 +44,6 @@ HEALTH_CHECK_S = 1.0
 _ACTOR_DOWN = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
 
 
-def rollout_limits(config: UserRLConfig, temperature: float | None = None) -> RolloutLimits:
-    """The episode budgets of a config (temperature: the policy's unless given)."""
-    pc, ec = config.policy, config.env
-    return RolloutLimits(max_turns=ec.max_turns, max_new_tokens=pc.max_new_tokens, max_model_len=pc.max_model_len,
-                         max_response_len=pc.max_response_len,
-                         temperature=pc.temperature if temperature is None else temperature, top_p=pc.top_p,
-                         show_reward_in_feedback=ec.show_reward_in_feedback, role_failure=ec.role_failure)
-
-
 def env_kwargs(config: UserRLConfig) -> dict[str, dict[str, Any]]:
     """Constructor arguments of each configured gym (native_tools adds the gym's native rules; kwargs win)."""
     from userrl.envs.registry import get_gym
@@ -141,7 +132,7 @@ class EnvRunnerGroup:
                                                 engine_options(self.user_engine, user=True), "user")
         runner = ray.remote(EnvRunner).options(num_cpus=er.num_cpus_per_env_runner, max_concurrency=64,
                                                max_restarts=restarts, max_task_retries=0, **placement)
-        self.runners = [runner.remote(model_path, ec.protocol, rollout_limits(config), names("policy", len(self.replicas)),
+        self.runners = [runner.remote(model_path, ec.protocol, RolloutLimits.from_config(config), names("policy", len(self.replicas)),
                                       env_kwargs(config), user_backend=ec.backend, llm=ec.llm,
                                       user_replicas=names("user", len(self.user_replicas)),
                                       user_tokenizer_path=user_path, user_format=ec.local_user_format)
@@ -152,7 +143,7 @@ class EnvRunnerGroup:
         self._weights: Any = None
         self._sender: GroupSender | None = None  # the weight-sync group, formed at the first sync
         self._members: dict[int, int] = {}  # replica index -> its workers' first rank in the group
-        self._group_refused = pc.vllm.get("weight_sync", "group") != "group"  # or: could not be formed
+        self._group_refused = pc.vllm_settings().weight_sync != "group"  # or: could not be formed
         self._group_worked = False  # some sync went through a group
         self.bucket_bytes = DEFAULT_BUCKET_BYTES
         #: How each replica got the last weights ("group" or "object_store"), and that sync's seconds per phase.

@@ -6,10 +6,13 @@ import logging
 import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from pydantic import BaseModel
+
 from userrl.chat import ChatFormat, ParsedTurn
+from userrl.config import EnvConfig, PolicyConfig, UserRLConfig
 from userrl.engines.base import GenerationOutput, GenerationRequest
 from userrl.envs import MultiTurnEnv, Task
 from userrl.trajectory import ROLE_IDS, Trajectory, TurnRecord
@@ -19,20 +22,32 @@ log = logging.getLogger(__name__)
 GenerateFn = Callable[[GenerationRequest], Awaitable[GenerationOutput]]
 
 
+def _config_default(section: type[BaseModel], key: str) -> Any:
+    return section.model_fields[key].default
+
+
 @dataclass
 class RolloutLimits:
-    """Budgets of one episode."""
+    """Budgets of one episode: the run config's keys of the same names (`from_config`), and their defaults."""
 
-    max_turns: int = 16
-    max_new_tokens: int = 64
-    max_model_len: int = 2048
-    max_response_len: int = 1536
-    temperature: float = 1.0
-    top_p: float = 1.0
-    show_reward_in_feedback: bool = False
+    max_turns: int = _config_default(EnvConfig, "max_turns")
+    max_new_tokens: int = _config_default(PolicyConfig, "max_new_tokens")
+    max_model_len: int = _config_default(PolicyConfig, "max_model_len")
+    max_response_len: int = _config_default(PolicyConfig, "max_response_len")
+    temperature: float = _config_default(PolicyConfig, "temperature")
+    top_p: float = _config_default(PolicyConfig, "top_p")
+    show_reward_in_feedback: bool = _config_default(EnvConfig, "show_reward_in_feedback")
     #: "abort": a step whose role call failed (after its retries) aborts the episode, counted and excluded;
     #: "fallback": the gym's fallback reply stands in and the episode goes on (GYMS.md 0.6).
-    role_failure: str = "abort"
+    role_failure: str = _config_default(EnvConfig, "role_failure")
+
+    @classmethod
+    def from_config(cls, config: UserRLConfig, temperature: float | None = None) -> RolloutLimits:
+        """The episode budgets of a config, each read from `env` or `policy` by name (temperature: the
+        policy's unless given)."""
+        limits = cls(**{f.name: getattr(config.env if f.name in EnvConfig.model_fields else config.policy, f.name)
+                        for f in fields(cls)})
+        return limits if temperature is None else replace(limits, temperature=temperature)
 
     def for_task(self, task: Task) -> RolloutLimits:
         """These limits with `max_new_tokens` lowered to the task's own cap (Task.max_new_tokens), if it has a lower one."""

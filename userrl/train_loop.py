@@ -215,7 +215,7 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     # Replicas on the same GPUs as the learners give their memory back during the update (sync mode only:
     # in async mode they are generating the next batch then; the config refuses the combination).
     sleeping = (rank0 and not tc.async_rollout and coordinator.group.engine == "vllm"  # policy.engine resolved
-                and bool(config.policy.vllm.get("sleep_mode")))
+                and config.policy.vllm_settings().sleep_mode)
     pending: PendingRollout | None = None
     if rank0 and tc.async_rollout and start < tc.iterations:
         pending = coordinator.start_rollout(start)

@@ -23,12 +23,12 @@ from chat_server import LoopbackChatServer
 from userrl.cli import main
 from userrl.commands.evaluate import Episode, episode_spec
 from userrl.config import load_config
-from userrl.env_runner_group import env_kwargs, rollout_limits
+from userrl.env_runner_group import env_kwargs
 from userrl.envs import Task, load_tasks, make_env, make_solver
 from userrl.envs.solving import play_episode
 from userrl.envs.tau.tools import catalogue_text, domain_tools
 from userrl.openai_policy import OpenAIEpisodePlayer, OpenAIPolicy, parse_policy
-from userrl.rollout import request_seed
+from userrl.rollout import RolloutLimits, request_seed
 from userrl.trajectory import Trajectory
 
 MAX_TURNS = 30
@@ -152,7 +152,7 @@ def test_native_tools_with_the_tools_in_the_request(monkeypatch):
 
     async def play() -> list[Trajectory]:
         policy = OpenAIPolicy(parse_policy(f"openai:solver@{server.base_url}"), "native_tools", tools="request")
-        player = OpenAIEpisodePlayer(policy, rollout_limits(config, 0.0), env_kwargs(config), 3)
+        player = OpenAIEpisodePlayer(policy, RolloutLimits.from_config(config, 0.0), env_kwargs(config), 3)
         try:
             return await player.run(specs, seed=SEED)
         finally:

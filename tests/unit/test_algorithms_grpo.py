@@ -13,8 +13,6 @@ from userrl.algorithms import (
     TURN_CREDITS,
     GRPOConfig,
     broadcast_advantages,
-    canonical_credit_method,
-    canonical_score_method,
     group_moments,
     group_normalize,
     group_statistics,
@@ -25,6 +23,7 @@ from userrl.algorithms import (
     trajectory_score,
     turn_credits,
 )
+from userrl.config import canonical_credit_method, canonical_score_method, load_config
 
 SPEC = 1.1e-6  # the spec's tables are rounded to 6 decimals
 EPS = 1e-6
@@ -331,10 +330,12 @@ def test_broadcast_rejects_mismatched_batch():
 def test_sum_alias_means_mean_and_warns():
     with pytest.warns(DeprecationWarning, match="Sum"):
         assert canonical_score_method("Sum") == "mean"
-    with pytest.warns(DeprecationWarning):
-        assert trajectory_score([0.0, 1.0], "Sum") == 0.5
-    with pytest.warns(DeprecationWarning):
-        assert GRPOConfig(trajectory_score="Sum").trajectory_score == "mean"
+    with pytest.warns(DeprecationWarning):  # names are mapped once, by the config; the math takes canonical ones
+        grpo = load_config(None, ["training.trajectory_score=Sum"]).training.grpo()
+    assert grpo.trajectory_score == "mean"
+    assert trajectory_score([0.0, 1.0], grpo.trajectory_score) == 0.5
+    with pytest.raises(ValueError, match="'Sum'"):
+        trajectory_score([0.0, 1.0], "Sum")
 
 
 @pytest.mark.parametrize(
@@ -356,7 +357,7 @@ def test_lowercase_sum_is_a_true_sum():
 )
 def test_credit_names_are_case_insensitive(name, canonical):
     assert canonical_credit_method(name) == canonical
-    assert GRPOConfig(turn_credit=name).turn_credit == canonical
+    assert load_config(None, [f"training.turn_credit={name}"]).training.grpo().turn_credit == canonical
 
 
 def test_unknown_score_lists_valid_names():

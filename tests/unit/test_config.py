@@ -175,3 +175,24 @@ def test_unknown_gym_keywords_fail_when_loaded_and_name_what_the_gym_takes():
         load_config(None, ["env.gyms=[{name: turtle, kwargs: {no_such_argument: 1}}]"])
     config = load_config(None, ["env.gyms=[{name: turtle, kwargs: {oracle_history_turns: 2}}]"])
     assert config.env.gyms[0].kwargs == {"oracle_history_turns": 2}
+
+
+def test_episode_budgets_are_the_config_keys_of_the_same_names():
+    from userrl.rollout import RolloutLimits
+
+    assert RolloutLimits.from_config(parse_config({})) == RolloutLimits()  # the same defaults on both sides
+    config = load_config(None, ["env.max_turns=3", "policy.max_new_tokens=7", "policy.max_model_len=99",
+                                "policy.max_response_len=50", "policy.temperature=0.5", "policy.top_p=0.9",
+                                "env.show_reward_in_feedback=true", "env.role_failure=fallback"])
+    assert RolloutLimits.from_config(config) == RolloutLimits(3, 7, 99, 50, 0.5, 0.9, True, "fallback")
+    assert RolloutLimits.from_config(config, temperature=0.0).temperature == 0.0
+
+
+def test_vllm_settings_have_one_home_for_their_defaults():
+    """`policy.vllm` keeps what the config sets; VLLMSettings fills the rest, for the config and the engine."""
+    config = load_config(None, ["policy.vllm.sessions=false", "policy.vllm.block_size=16"])
+    assert config.policy.vllm == {"sessions": False, "block_size": 16}
+    settings = config.policy.vllm_settings()
+    assert (settings.sessions, settings.weight_sync, settings.sleep_mode, settings.gpu_memory_utilization) == (
+        False, "group", False, 0.5)
+    assert settings.model_dump()["block_size"] == 16  # a vLLM engine argument passes through to the engine

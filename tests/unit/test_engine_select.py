@@ -144,6 +144,10 @@ def test_serve_config_accepts_auto_hf_vllm_and_refuses_others():
     with pytest.raises(ConfigError, match="engine_options for the hf engine"):
         load_serve_config(None, ["engine=hf", "engine_options.chunk=128"])
     assert load_serve_config(None, ["engine_options.enforce_eager=true"]).engine_options == {"enforce_eager": True}
+    # vLLM's settings are typed by the policy's class (VLLMSettings); its other engine arguments pass through.
+    with pytest.raises(ConfigError, match=r"engine_options for the vllm engine .*gpu_memory_utilization"):
+        load_serve_config(None, ["engine=vllm", "engine_options.gpu_memory_utilization=2"])
+    assert load_serve_config(None, ["engine=vllm", "engine_options.block_size=16"]).engine_options == {"block_size": 16}
 
 
 def test_serve_checks_the_hf_settings_once_auto_is_resolved(tiny_model):

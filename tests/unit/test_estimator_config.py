@@ -11,11 +11,25 @@ from userrl.models import check_critic_model
 from userrl.trajectory import Trajectory, TurnRecord
 
 
-def test_the_estimators_of_the_config_are_those_of_the_algorithms():
-    from userrl.algorithms import ADV_ESTIMATORS
-    from userrl.config import ESTIMATORS
+def test_every_estimator_of_the_algorithms_is_a_config_choice_with_its_own_defaults():
+    from userrl.algorithms import ADV_ESTIMATORS, GAEConfig, GRPOConfig
 
-    assert ESTIMATORS == ADV_ESTIMATORS
+    for name in ADV_ESTIMATORS:
+        training = load_config(None, [f"training.adv_estimator={name}"]).training
+        if training.uses_critic:
+            assert training.gae() == GAEConfig(estimator=name)  # gamma 1.0, not GRPO's 0.8
+        else:
+            assert training.grpo() == GRPOConfig()
+
+
+def test_the_keys_only_some_estimators_read_come_from_the_settings_declarations():
+    from userrl.config import ESTIMATOR_KEYS
+
+    assert ESTIMATOR_KEYS["turn_credit"] == ("grpo_multiturn",)
+    assert ESTIMATOR_KEYS["gamma_H"] == ("gae_bilevel", "gae_bilevel_weighted")
+    assert ESTIMATOR_KEYS["turn_level_weight"] == ("gae_bilevel_weighted",)
+    assert ESTIMATOR_KEYS["mt_gae_returns"] == ("gae_multiturn",)
+    assert "gamma" not in ESTIMATOR_KEYS  # every estimator reads it
 
 
 def test_gamma_defaults_per_estimator_and_gae_settings_reach_the_estimator():

@@ -1,6 +1,7 @@
 """Sweep files and report arguments: bad input fails before anything starts, naming the key and the fix."""
 
 import json
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -89,6 +90,22 @@ def test_shipped_credit_assignment_sweep():
     assert sweep.spec.name == "credit_assignment" and sweep.config.sft.enabled
     # driver 0.2 + one replica 0.5 + two env runners 0.1 each
     assert trial_cpus(sweep.config) == pytest.approx(0.9)
+
+
+def test_a_local_ray_and_a_sweep_trial_count_the_same_actors():
+    """One count (userrl/cluster.run_cpus): local user replicas reserve CPUs in a local Ray as in a trial."""
+    from userrl.cluster import ray_cpus, run_cpus
+    from userrl.config import load_config
+
+    config = load_config(None, ["env.backend=local", "env.local_user_replicas=3", "policy.num_cpus_per_replica=2",
+                                "env_runners.num_env_runners=4", "env_runners.num_cpus_per_env_runner=0.5",
+                                "learners.num_learners=2", "learners.num_cpus_per_learner=3"])
+    replicas, runners, learners = (1 + 3) * 2, 4 * 0.5, 2 * 3
+    assert trial_cpus(config) == pytest.approx(0.2 + replicas + runners)
+    assert run_cpus(config, driver=1.0) == pytest.approx(1 + replicas + runners + learners)
+    assert ray_cpus(config) == max(os.cpu_count() or 1, 1 + replicas + runners + learners)
+    scripted = config.model_copy(update={"env": config.env.model_copy(update={"backend": "scripted"})})
+    assert trial_cpus(scripted) == pytest.approx(0.2 + 2 + runners)
 
 
 def test_trial_label():

