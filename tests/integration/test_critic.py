@@ -19,8 +19,9 @@ from safetensors.torch import load_file
 from transformers import AutoModelForTokenClassification
 
 from userrl.algorithm import GRPOMultiTurnConfig
+from userrl.checkpoint import CRITIC_DIR, CRITIC_OPTIMIZER
 from userrl.config import parse_config
-from userrl.learner import CRITIC_DIR, CRITIC_OPTIMIZER, Learner, ValueTargets
+from userrl.learner import Learner, ValueTargets
 from userrl.trajectory import Trajectory, TurnRecord
 
 pytestmark = pytest.mark.slow

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from userrl.config import ConfigError, load_config, parse_config
-from userrl.learner import estimator_turn_rewards
+from userrl.estimators import estimator_turn_rewards
 from userrl.models import check_critic_model
 from userrl.trajectory import Trajectory, TurnRecord
 
