@@ -37,10 +37,10 @@ from typing import Any
 from aiohttp import web
 
 from userrl.actors.env_runner import EpisodePlayer, EpisodeSpec, make_user_client
-from userrl.chat import ParsedTurn
 from userrl.envs import MultiTurnEnv, Task, load_tasks
 from userrl.envs.llm import RoleCall
 from userrl.envs.openai_client import OpenAIRoleClient
+from userrl.protocols import ParsedTurn
 from userrl.rollout import AgentTurn, EpisodePolicy, RolloutLimits
 from userrl.trajectory import Trajectory
 

@@ -6,7 +6,7 @@ drives tool calls parsed by the tokenizer's response template, which TRL provide
 templates (SmolLM2's ChatML is not one: `add_response_schema` raises), and its `rollout_func` hook would
 mean writing userrl's episode loop again inside TRL. So both sides train on the same single-turn prompts:
 
-    system: the Function gym's system prompt + the bracket protocol's instructions (userrl/chat.py)
+    system: the Function gym's system prompt + the bracket protocol's instructions (userrl/protocols/bracket.py)
     user:   the gym's first user message + the transcript of the grounded solver's steps before its
             answer, played on the real env: `[search] test` -> "Test case: [a, b, c, d]",
             `[action] 0 b c d` -> "For numbers [0.0, b, c, d], the result is N."

@@ -16,29 +16,16 @@ import uuid
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from userrl.chat import (
-    BRACKET_INSTRUCTIONS,
-    PROTOCOLS,
-    TOOL_BLOCK,
-    TOOL_NAME,
-    ChatFormat,
-    parse_bracket,
-    parse_native_tools,
-    strict_json,
-    tool_call_blocks,
-)
+from userrl.chat import ChatFormat
 from userrl.chat_template import tool_chat_template
 from userrl.commands.export import USERRL_META
 from userrl.engines.base import GenerationOutput, GenerationRequest
+from userrl.protocols import protocol_names
+from userrl.protocols.tool_blocks import strict_json
 from userrl.rollout import request_seed
 from userrl.serving.protocol import APIError, ChatCompletionRequest, ToolCall, logprob_entry
 
 log = logging.getLogger(__name__)
-
-#: The choices whose `[choice]` lines a bracket model's calls begin with (userrl.chat.parse_bracket's).
-BRACKET_CHOICES = ("action", "answer", "search", "finish")
-#: The opening of a tool_call protocol block (userrl.chat.TOOL_BLOCK).
-TOOL_CALL_OPEN = "<tool_call>"
 
 
 def model_protocol(model_path: str, configured: str | None) -> str:
@@ -60,8 +47,8 @@ def model_protocol(model_path: str, configured: str | None) -> str:
         protocol, where = checkpoint.protocol, str(checkpoint.meta_file)
     else:
         protocol, where = "tool_call", "the default"
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"protocol {protocol!r} (from {where}) is not one of {', '.join(PROTOCOLS)}")
+    if protocol not in protocol_names():
+        raise ValueError(f"protocol {protocol!r} (from {where}) is not one of {', '.join(protocol_names())}")
     return protocol
 
 
@@ -150,16 +137,18 @@ class ChatEngine:
                  default_max_tokens: int = 256):
         from transformers import AutoTokenizer
 
-        self.protocol = model_protocol(model_path, protocol)
+        name = model_protocol(model_path, protocol)
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        self.tokenizer.chat_template = tool_chat_template(self.tokenizer.chat_template, self.protocol)
-        self.chat = ChatFormat(self.tokenizer, self.protocol)
+        self.tokenizer.chat_template = tool_chat_template(self.tokenizer.chat_template, name)
+        self.chat = ChatFormat(self.tokenizer, name)
+        #: The action protocol the model was trained with: it renders the prompt and parses the reply.
+        self.protocol = self.chat.protocol
         self.max_model_len, self.default_max_tokens = max_model_len, default_max_tokens
         self.max_token_bytes = max_token_bytes(self.tokenizer)
 
     # ---- request -> prompt ids
 
-    def _messages(self, request: ChatCompletionRequest, use_tools: bool) -> list[dict[str, Any]]:
+    def _messages(self, request: ChatCompletionRequest) -> list[dict[str, Any]]:
         messages = []
         for i, m in enumerate(request.messages):
             try:
@@ -167,43 +156,33 @@ class ChatEngine:
             except ValueError as error:
                 raise APIError(400, f"messages[{i}].content: {error}", param=f"messages.{i}.content") from None
             role = "system" if m.role == "developer" else m.role
-            if m.role == "assistant" and m.tool_calls and self.protocol == "bracket":
-                text = "\n".join([text] * bool(text) + [self._bracket_text(i, c.function.arguments)
-                                                        for c in m.tool_calls])
-                messages.append({"role": role, "content": text})
+            calls = self._calls_text(i, m.tool_calls) if m.role == "assistant" and m.tool_calls else None
+            if calls is not None:  # the protocol writes incoming calls as text itself
+                messages.append({"role": role, "content": "\n".join([text] * bool(text) + [calls])})
             elif m.role == "assistant" and m.tool_calls:
                 messages.append({"role": role, "content": text, "tool_calls": _calls_with_objects(i, m.tool_calls)})
             else:
                 messages.append({"role": role, "content": text})
-        if use_tools and self.protocol == "bracket":
-            if messages[0]["role"] == "system":
-                messages[0] = {"role": "system", "content": messages[0]["content"].rstrip() + "\n\n" +
-                               BRACKET_INSTRUCTIONS}
-            else:
-                messages.insert(0, {"role": "system", "content": BRACKET_INSTRUCTIONS})
         return messages
 
-    def _bracket_text(self, index: int, arguments: str) -> str:
+    def _calls_text(self, index: int, calls: list[ToolCall]) -> str | None:
         try:
-            args = json.loads(arguments)
-            return self.chat.render_action(str(args["choice"]), str(args["content"]))
-        except (json.JSONDecodeError, KeyError, TypeError):
-            raise APIError(400, f"messages[{index}].tool_calls: arguments must be a JSON object with 'choice' and "
-                           "'content' for this model's bracket protocol", param=f"messages.{index}.tool_calls") from None
+            return self.protocol.calls_as_text([c.function.arguments for c in calls])
+        except ValueError as error:
+            raise APIError(400, f"messages[{index}].tool_calls: {error}", param=f"messages.{index}.tool_calls") from None
 
     def prompt_ids(self, request: ChatCompletionRequest) -> tuple[list[int], list[str]]:
         """Token ids of the rendered prompt (ending with the assistant header) and the tool names in play."""
         tools = [t.model_dump(exclude_none=True) for t in request.tools or []]
         use_tools = bool(tools) and request.tool_choice != "none"
         names = [t["function"]["name"] for t in tools] if use_tools else []
-        if use_tools and self.protocol == "user_reply":
-            raise APIError(400, "this model was trained as a user simulator (protocol user_reply): it calls no tools; "
-                           "leave `tools` out", param="tools")
-        if use_tools and self.protocol == "bracket" and names != [TOOL_NAME]:
-            raise APIError(400, f"this model was trained with the bracket protocol: the only tool it can call is "
-                           f"{TOOL_NAME!r} (userrl.chat.TOOL_SCHEMA)", param="tools")
-        messages = self._messages(request, use_tools)
-        kwargs = {"tools": tools} if use_tools and self.protocol != "bracket" else {}
+        if use_tools:
+            try:
+                self.protocol.check_request_tools(names)
+            except ValueError as error:
+                raise APIError(400, str(error), param="tools") from None
+        messages, tools = self.protocol.template_inputs(self._messages(request), tools if use_tools else [])
+        kwargs = {"tools": tools} if tools else {}
         try:
             text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
         except Exception as error:  # noqa: BLE001 - jinja errors come from what the request sent
@@ -263,18 +242,7 @@ class ChatEngine:
 
     def parse_tool_calls(self, text: str, tool_names: list[str]) -> tuple[str | None, list[dict[str, Any]]]:
         """(remaining content or None, OpenAI tool_calls) of one assistant message in this model's protocol."""
-        calls: list[tuple[str, dict[str, Any]]] = []
-        if self.protocol == "bracket":
-            parsed = parse_bracket(text)
-            calls = [(TOOL_NAME, {"choice": c, "content": body}) for c, body in parsed.calls]
-            first = text.find(f"[{parsed.calls[0][0]}]") if parsed.calls else len(text)
-            rest = text[:first]
-        elif self.protocol == "native_tools":
-            calls = _first_native_call(text)
-            rest = TOOL_BLOCK.sub("", text) if calls else text
-        else:
-            calls = tool_call_blocks(text, tool_names)
-            rest = TOOL_BLOCK.sub("", text) if calls else text
+        rest, calls = self.protocol.completion_calls(text, tool_names)
         tool_calls = [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
                        "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}}
                       for name, args in calls]
@@ -287,9 +255,7 @@ class ChatEngine:
 
     def call_markers(self) -> list[str]:
         """Texts that may begin a tool call in this model's protocol (content stops streaming there)."""
-        if self.protocol == "bracket":
-            return [f"[{choice}]" for choice in BRACKET_CHOICES]
-        return [TOOL_CALL_OPEN]
+        return list(self.protocol.call_markers)
 
 
 def _calls_with_objects(index: int, calls: list[ToolCall]) -> list[dict[str, Any]]:
@@ -306,16 +272,6 @@ def _calls_with_objects(index: int, calls: list[ToolCall]) -> list[dict[str, Any
         out.append({"id": call.id, "type": "function", "function": {"name": call.function.name,
                                                                      "arguments": arguments}})
     return out
-
-
-def _first_native_call(text: str) -> list[tuple[str, dict[str, Any]]]:
-    """The (name, arguments) of the call a native_tools message makes ([] when it makes none): training's
-    parser (userrl.chat.parse_native_tools) decides, and only its first well-formed call is executed."""
-    parsed = parse_native_tools(text)
-    if parsed.speaks or not parsed.calls:
-        return []
-    first = json.loads(parsed.calls[0][1])
-    return [(first["name"], first["arguments"])]
 
 
 def _held_suffix(text: str, patterns: list[str]) -> int:

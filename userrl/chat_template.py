@@ -6,11 +6,12 @@ serves, so transformers' `apply_chat_template`, vLLM's OpenAI server and `userrl
 OpenAI conversation into the token ids the policy was trained on. A preamble only rewrites `messages` (and
 reads `tools`) before the model's template runs:
 
+Which preamble a protocol gets is the protocol's (`ActionProtocol.preamble_kind`):
 - `tool_call` (also used for `bracket`, which never passes `tools`): the tool instructions of
-  userrl.chat.TOOL_INSTRUCTIONS are appended to the system message.
+  userrl.protocols.tool_call.TOOL_INSTRUCTIONS are appended to the system message.
 - `native_tools`: when the model's template ignores `tools` (SmolLM2's), the schemas are written into the
-  system message as userrl.chat.NATIVE_TOOL_INSTRUCTIONS (text generated from that one constant); when it
-  renders `tools` itself, they are left to it, as training left them.
+  system message as userrl.protocols.native_tools.NATIVE_TOOL_INSTRUCTIONS (text generated from that one
+  constant); when it renders `tools` itself (`native_tools_template`), they are left to it, as training left them.
 - both: an assistant message's `tool_calls` become `<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>`
   text after its content, the form `ChatFormat.render_action` writes; arguments given as an object (vLLM
   parses the JSON string into one, and so does the gateway) are written with `json.dumps` defaults, as
@@ -21,9 +22,10 @@ from __future__ import annotations
 
 import json
 
-from userrl.chat import NATIVE_TOOL_INSTRUCTIONS, template_renders_tools
+from userrl.protocols import get_protocol
+from userrl.protocols.native_tools import NATIVE_TOOL_INSTRUCTIONS
 
-# The tool_call protocol's instructions (userrl.chat.TOOL_INSTRUCTIONS for one tool), or a plainer list for
+# The tool_call protocol's instructions (userrl.protocols.tool_call.TOOL_INSTRUCTIONS for one tool), or a plainer list for
 # several tools, which training never offered.
 _TOOL_CALL_SYSTEM = r"""{%- if tools | length == 1 -%}
     {%- set fn = tools[0].function if tools[0].function is defined else tools[0] -%}
@@ -103,12 +105,6 @@ def _preamble(kind: str) -> str:
     return _NAMESPACE + _SYSTEM_AND_CALLS.replace("SYSTEM_TEXT", system.strip()).replace("CALLS", _CALLS)
 
 
-def _preamble_kind(template: str, protocol: str) -> str:
-    if protocol != "native_tools":
-        return "tool_call"
-    return "native_tools_template" if template_renders_tools(template) else "native_tools"
-
-
 def _split(template: str) -> tuple[str | None, str | None]:
     """(the preamble kind the template carries or None, the model's own template or None when that preamble
     is not this version's)."""
@@ -129,11 +125,12 @@ def tool_chat_template(template: str | None, protocol: str = "tool_call") -> str
     if not template:
         raise ValueError("this tokenizer has no chat template; userrl renders conversations with the model's own "
                          "template (an instruct / chat model)")
+    action_protocol = get_protocol(protocol)
     carried, base = _split(template)
-    if carried is not None and (carried == "tool_call") == (protocol != "native_tools"):
+    if carried in action_protocol.preamble_kinds:
         return template
     if base is None:
         raise ValueError(f"this chat template carries a userrl preamble ({MARKERS[carried]}) of another userrl "
                          f"version, for another protocol than {protocol!r}; export the checkpoint again")
-    kind = _preamble_kind(base, protocol)
+    kind = action_protocol.preamble_kind(base)
     return MARKERS[kind] + _preamble(kind) + base

@@ -89,12 +89,23 @@ class EnvConfig(_Section):
     data_root: str | None = Field(None, description="Folder of the original UserRL data (source: userrl).")
     max_turns: int = Field(16, ge=1, description="Assistant generations per episode.")
     max_steps: int = Field(16, ge=1, description="Env truncation limit.")
-    protocol: Literal["bracket", "tool_call", "native_tools", "user_reply"] = Field(
-        "tool_call", description="How the policy acts: `[answer] 42` lines, interact_with_env tool calls, "
+    protocol: str = Field(
+        "tool_call", description="How the policy acts, a registered action protocol (userrl.protocols): bracket: "
+        "`[answer] 42` lines, tool_call: interact_with_env tool calls, "
         "native_tools: the gym's own tools as function calls and plain text to the user (gyms that expose tools, "
         "e.g. tau; MUA-RL's episode), or user_reply: the message is a simulated user's reply in HumanLM's tag "
         "blocks (the humanlm gym; `userrl train-user`)."
     )
+
+    @field_validator("protocol")
+    @classmethod
+    def _registered_protocol(cls, value: str) -> str:
+        from userrl.protocols import protocol_names
+
+        if value not in protocol_names():
+            raise ValueError(f"env.protocol={value!r} is not a registered action protocol; known: "
+                             f"{', '.join(protocol_names())}")
+        return value
     show_reward_in_feedback: bool = Field(False, description="Append `Reward: r` to each step's feedback to the agent.")
     step_timeout_s: float = Field(120.0, gt=0, description="Seconds an env step may take; past that the episode "
                                   "is aborted (and counted).")
@@ -134,27 +145,26 @@ class EnvConfig(_Section):
 
     @model_validator(mode="after")
     def _protocol_fits_gyms(self) -> EnvConfig:
-        from userrl.envs.registry import get_gym
+        from userrl.envs.registry import GYMS, get_gym
+        from userrl.protocols import get_protocol
 
+        protocol = get_protocol(self.protocol)
         replies = [spec.name for spec in self.gyms if get_gym(spec.name).user_reply_task]
         others = [spec.name for spec in self.gyms if spec.name not in replies]
-        if self.protocol == "user_reply" and others:
-            raise ValueError(f"env.protocol=user_reply plays only user-reply tasks (the humanlm gym), not {others}; "
-                             "train agents and simulators in separate runs")
-        if replies and self.protocol != "user_reply":
+        if protocol.user_replies and others:
+            raise ValueError(f"env.protocol={self.protocol} plays only user-reply tasks (the humanlm gym), not "
+                             f"{others}; train agents and simulators in separate runs")
+        if replies and not protocol.user_replies:
             raise ValueError(f"env.gyms {replies} are user-reply tasks: set env.protocol=user_reply "
                              "(`userrl train-user` does)")
         if replies and self.max_turns != 1:
             raise ValueError(f"env.max_turns={self.max_turns}: a user-reply task is one reply; set env.max_turns=1")
-        if self.protocol == "native_tools":
-            from userrl.envs.registry import GYMS, get_gym
-
-            without = [spec.name for spec in self.gyms if not get_gym(spec.name).exposes_tools]
-            if without:
-                with_tools = sorted(name for name in GYMS if get_gym(name).exposes_tools)
-                raise ValueError(
-                    f"env.protocol=native_tools needs gyms that expose tools, but {without} expose none; gyms "
-                    f"with tools: {with_tools} (use env.protocol=tool_call or bracket for the others)")
+        without = [spec.name for spec in self.gyms if protocol.needs_gym_tools and not get_gym(spec.name).exposes_tools]
+        if without:
+            with_tools = sorted(name for name in GYMS if get_gym(name).exposes_tools)
+            raise ValueError(
+                f"env.protocol={self.protocol} needs gyms that expose tools, but {without} expose none; gyms "
+                f"with tools: {with_tools} (use env.protocol=tool_call or bracket for the others)")
         return self
 
 
@@ -659,17 +669,12 @@ class UserRLConfig(_Section):
             raise ValueError(
                 f"{', '.join(changed)}: training.adv_estimator=grpo_multiturn has no critic; set "
                 f"training.adv_estimator to a GAE estimator ({', '.join(GAE_ESTIMATORS)}) or remove the critic settings")
-        if self.sft.enabled and self.sft.source == "solver" and self.env.protocol == "native_tools":
-            from userrl.envs.registry import solver_plays_native_tools
+        from userrl.protocols import get_protocol
 
-            # Native demonstrations need a solver that plays without `search tools` and `finish` (NativeToolsSolver).
-            without = [spec.name for spec in self.env.gyms if not solver_plays_native_tools(spec.name)]
-            if without:
-                raise ValueError(
-                    f"sft.enabled=true with env.protocol=native_tools: the solvers of {without} cannot write "
-                    "native-tools demonstrations; set sft.source=file (your own JSONL), sft.enabled=false or "
-                    "env.protocol=tool_call")
-        if self.sft.enabled and (self.env.protocol == "user_reply") != (self.sft.source == "rows"):
+        protocol = get_protocol(self.env.protocol)
+        if self.sft.enabled and self.sft.source == "solver":
+            protocol.check_solvers([spec.name for spec in self.env.gyms])
+        if self.sft.enabled and protocol.user_replies != (self.sft.source == "rows"):
             raise ValueError(
                 f"sft.source={self.sft.source} with env.protocol={self.env.protocol}: a user-reply task is warm "
                 "started from its rows (sft.source=rows, what `userrl train-user` sets) and only it is; set "

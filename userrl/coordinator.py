@@ -19,7 +19,7 @@ from userrl.config import UserRLConfig
 from userrl.env_runner_group import EnvRunnerGroup, RolloutJob
 from userrl.envs import Task, load_tasks
 from userrl.envs.registry import get_gym
-from userrl.mua_metrics import mua_metrics
+from userrl.protocols import get_protocol
 from userrl.trajectory import Trajectory
 
 
@@ -132,9 +132,9 @@ def episode_specs(tasks: list[Task], group_size: int, prefix: str) -> list[Episo
 
 
 def rollout_metrics(trajectories: list[Trajectory], seconds: float, prefix: str = "rollout",
-                    protocol: str = "") -> dict[str, float]:
-    """Reward, success, turns, valid actions, stop reasons, tokens/s; per gym too; MUA-RL's metrics
-    (`<prefix>/mua/...`, userrl/mua_metrics.py) when `protocol` is native_tools.
+                    protocol: str | None = None) -> dict[str, float]:
+    """Reward, success, turns, valid actions, stop reasons, tokens/s; per gym too; the action protocol's own
+    metrics (`<prefix>/<group>/...`: native_tools has MUA-RL's, `<prefix>/mua/...`) when `protocol` is given.
 
     Aborted episodes are counted (in all, per gym, with their failed role calls) and left out of every
     mean: a failure is never scored as a 0.
@@ -171,8 +171,8 @@ def rollout_metrics(trajectories: list[Trajectory], seconds: float, prefix: str 
         turns = [turn for t in of_gym for turn in t.turns]
         metrics[f"{prefix}/role_calls/{gym}"] = float(sum(turn.role_calls for turn in turns))
         metrics[f"{prefix}/failed_role_calls/{gym}"] = float(sum(turn.failed_role_calls for turn in turns))
-    if protocol == "native_tools":
-        metrics.update({f"{prefix}/mua/{name}": value for name, value in mua_metrics(trajectories).items()})
+    for group, values in (get_protocol(protocol).episode_metrics(trajectories) if protocol else {}).items():
+        metrics.update({f"{prefix}/{group}/{name}": value for name, value in values.items()})
     return metrics
 
 

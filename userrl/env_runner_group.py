@@ -45,16 +45,14 @@ _ACTOR_DOWN = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableErro
 
 
 def env_kwargs(config: UserRLConfig) -> dict[str, dict[str, Any]]:
-    """Constructor arguments of each configured gym (native_tools adds the gym's native rules; kwargs win)."""
+    """Constructor arguments of each configured gym (the protocol's, e.g. native_tools' native rules; kwargs win)."""
     from userrl.envs.registry import get_gym
+    from userrl.protocols import get_protocol
 
     ec = config.env
-
-    def native(name: str) -> dict[str, Any]:
-        return dict(get_gym(name).native_tools_kwargs) if ec.protocol == "native_tools" else {}
-
+    protocol = get_protocol(ec.protocol)
     return {spec.name: {"max_steps": ec.max_steps, "step_timeout_s": ec.step_timeout_s, "backend": ec.backend,
-                        **native(spec.name), **spec.kwargs} for spec in ec.gyms}
+                        **protocol.env_kwargs(get_gym(spec.name)), **spec.kwargs} for spec in ec.gyms}
 
 
 def _answers(calls: dict[int, Any], timeout: float) -> dict[int, Any]:

@@ -1,6 +1,6 @@
 """MUA-RL's metrics (issue 18) over `env.protocol: native_tools` trajectories; pure Python, no Ray, no torch.
 
-A native_tools assistant turn (userrl/chat.py `parse_native_tools`, recorded by `rollout.apply_turn`) is
+A native_tools assistant turn (userrl/protocols/native_tools.py `parse_native_tools`, recorded by `rollout.apply_turn`) is
 * a **tool call** when it ran a gym tool: `TurnRecord.tool` names it and `tool_error` says whether the tool
   returned an error (the gym's `info["tool_call"]`; a name the gym does not have, or a call it cannot read, is
   `INVALID_TOOL_CALL`, an error). A message whose `<tool_call>` blocks hold no well-formed call ran nothing and

@@ -13,7 +13,7 @@ and the customer's recorded first message) and offers the gym's tools. Where the
   `--enable-auto-tool-choice --tool-call-parser ...` for this, else it answers 400). Each call's result goes
   back as a `tool` message with its `tool_call_id`.
 * `prompt`: written into the system message as training writes them for a template that ignores `tools`
-  (`chat.with_instructions`), and read back from `<tool_call>` blocks in the reply's text: any chat server
+  (`ActionProtocol.instructions`), and read back from `<tool_call>` blocks in the reply's text: any chat server
   works, with no tool parser (SmolLM2 on vLLM). The results go back as `tool` messages without an id (the
   server only renders them), as training renders them.
 Either way a reply without a call is speech to the customer (native_tools), whose reply comes back as a user
@@ -22,7 +22,6 @@ message, and a reply's text is parsed as training parses it when it carries no `
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -30,20 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from userrl.actors.env_runner import EpisodePlayer, EpisodeSpec, make_user_client
-from userrl.chat import (
-    IGNORED_CALL_NOTICE,
-    NATIVE_IGNORED_CALL_NOTICE,
-    TOOL_NAME,
-    TOOL_SCHEMA,
-    ParsedTurn,
-    feedback_messages,
-    native_tool_call,
-    parse_bracket,
-    parse_native_tools,
-    parse_tool_calls,
-    with_instructions,
-)
 from userrl.envs import MultiTurnEnv, Task
+from userrl.protocols import PROTOCOL_CLASSES, ParsedTurn, get_protocol
 from userrl.rollout import AgentTurn, EpisodePolicy, RolloutLimits
 from userrl.trajectory import Trajectory
 
@@ -52,8 +39,6 @@ log = logging.getLogger(__name__)
 _POLICY = re.compile(r"^openai:(?P<model>\S+?)@(?P<url>https?://\S+)$")
 #: A keyless local server still needs some key for the SDK; real endpoints read $OPENAI_API_KEY.
 _KEYLESS = "EMPTY"
-#: The protocols an OpenAI-compatible policy plays.
-PROTOCOLS = ("tool_call", "bracket", "native_tools")
 #: Where the tool schemas go (module docstring): the request's `tools`, or the system message.
 TOOL_MODES = ("request", "prompt")
 
@@ -94,12 +79,14 @@ class OpenAIPolicy(EpisodePolicy):
                  timeout_s: float = 120.0, attempts: int = 3, tools: str = "request"):
         from openai import AsyncOpenAI
 
-        if protocol not in PROTOCOLS:
+        self.protocol = get_protocol(protocol)
+        if not self.protocol.plays_openai:
+            plays = [name for name, cls in PROTOCOL_CLASSES.items() if cls.plays_openai]
             raise ValueError(f"env.protocol={protocol!r}: an OpenAI-compatible policy plays "
-                             f"{', '.join(map(repr, PROTOCOLS))}")
+                             f"{', '.join(map(repr, plays))}")
         if tools not in TOOL_MODES:
             raise ValueError(f"evaluation.openai_tools={tools!r} is not one of {', '.join(map(repr, TOOL_MODES))}")
-        self.spec, self.protocol, self.max_tokens, self.tools = spec, protocol, max_tokens, tools
+        self.spec, self.max_tokens, self.tools = spec, max_tokens, tools
         #: native_tools in request mode: each running episode's tool schemas, by uid (dropped by `forget`).
         self._episode_tools: dict[str, list[dict[str, Any]]] = {}
         # The key is read now, when the client is built (never logged); local servers need none.
@@ -107,14 +94,9 @@ class OpenAIPolicy(EpisodePolicy):
                                   timeout=timeout_s, max_retries=max(0, attempts - 1))
 
     def start(self, traj: Trajectory, task: Task, env: MultiTurnEnv) -> None:
-        """The opening messages: the task's prompt, or under native_tools the gym's, with its tools."""
-        if self.protocol != "native_tools":
-            traj.messages = self.initial_messages(task.prompt)
-            return
-        tools = env.tool_schemas()
-        traj.messages = with_instructions(self.protocol, env.native_prompt(), tools,
-                                          tools_rendered=self.tools == "request")
-        if self.tools == "request":
+        """The protocol's opening messages (native_tools: the gym's, with its tools, kept for the requests)."""
+        traj.messages, tools = self.protocol.opening(task, env, tools_rendered=self.tools == "request")
+        if self.tools == "request" and tools:
             self._episode_tools[traj.uid] = tools
 
     def forget(self, uid: str) -> None:
@@ -134,13 +116,13 @@ class OpenAIPolicy(EpisodePolicy):
 
     def request_tools(self, uid: str) -> list[dict[str, Any]]:
         """The `tools` of episode `uid`'s requests ([] in prompt mode and for bracket)."""
-        if self.tools != "request" or self.protocol == "bracket":
+        if self.tools != "request":
             return []
-        return [TOOL_SCHEMA] if self.protocol == "tool_call" else self._episode_tools.get(uid, [])
+        return self.protocol.tool_schemas(self._episode_tools.get(uid))
 
     def initial_messages(self, prompt: list[dict[str, str]]) -> list[dict[str, Any]]:
         """The task prompt with the protocol's instructions (the tool's schema too in prompt mode)."""
-        return with_instructions(self.protocol, prompt, tools_rendered=self.tools == "request")
+        return self.protocol.instructions(prompt, tools_rendered=self.tools == "request")
 
     async def complete(self, messages: list[dict[str, Any]], temperature: float, seed: int,
                        tools: list[dict[str, Any]] | None = None) -> Reply:
@@ -159,17 +141,16 @@ class OpenAIPolicy(EpisodePolicy):
             message["tool_calls"] = [{"id": c.id, "type": "function",
                                       "function": {"name": c.function.name, "arguments": c.function.arguments}}
                                      for c in native]
-            read = _native_tool_call if self.protocol == "native_tools" else _native_call
-            parsed = ParsedTurn(calls=[call for c in native if (call := read(c)) is not None],
+            read = self.protocol.read_tool_call
+            parsed = ParsedTurn(calls=[call for c in native
+                                       if (call := read(c.function.name, c.function.arguments)) is not None],
                                 n_tool_calls=len(native))
             return Reply(message, text, parsed, finish, [c.id for c in native], tokens)
         return Reply(message, text, self.parse(text), finish, [], tokens)
 
     def parse(self, text: str) -> ParsedTurn:
         """The calls written in a reply's text, as training parses them."""
-        if self.protocol == "native_tools":
-            return parse_native_tools(text)
-        return parse_tool_calls(text) if self.protocol == "tool_call" else parse_bracket(text)
+        return self.protocol.parse(text)
 
     def tool_messages(self, reply: Reply, feedback: str) -> list[dict[str, Any]]:
         """The env feedback for a reply: one tool message per native call (the first carries the feedback).
@@ -179,34 +160,14 @@ class OpenAIPolicy(EpisodePolicy):
         message; the choice protocols get one user message.
         """
         if reply.tool_call_ids:
-            notice = NATIVE_IGNORED_CALL_NOTICE if self.protocol == "native_tools" else IGNORED_CALL_NOTICE
+            notice = self.protocol.ignored_call_notice
             return [{"role": "tool", "tool_call_id": call_id, "content": feedback if i == 0 else notice}
                     for i, call_id in enumerate(reply.tool_call_ids)]
-        if self.protocol == "native_tools":
-            return feedback_messages(self.protocol, reply.parsed, feedback)
-        return [{"role": "user", "content": feedback}]
+        return self.protocol.chat_api_feedback(reply.parsed, feedback)
 
     async def aclose(self) -> None:
         """Close the HTTP client."""
         await self.client.close()
-
-
-def _native_tool_call(call: Any) -> tuple[str, str] | None:
-    """A native_tools `tool_calls` entry as the `answer` step it runs, or None when it is not well-formed."""
-    read = native_tool_call(json.dumps({"name": call.function.name, "arguments": call.function.arguments or "{}"}))
-    return None if read is None else ("answer", json.dumps({"name": read[0], "arguments": read[1]}))
-
-
-def _native_call(call: Any) -> tuple[str, str] | None:
-    if call.function.name != TOOL_NAME:
-        return None
-    try:
-        arguments = json.loads(call.function.arguments or "{}")
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(arguments, dict):
-        return None
-    return str(arguments.get("choice", "")), str(arguments.get("content", ""))
 
 
 class OpenAIEpisodePlayer(EpisodePlayer):

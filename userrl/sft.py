@@ -12,7 +12,6 @@ import numpy as np
 from userrl.chat import ChatFormat
 from userrl.envs import Task, UngroundedTask, make_env, make_solver
 from userrl.envs.registry import get_gym
-from userrl.envs.solving import NativeToolsSolver
 from userrl.trajectory import ROLE_IDS, Trajectory, TurnRecord
 
 log = logging.getLogger(__name__)
@@ -136,27 +135,20 @@ def solver_demonstrations(tasks: list[Task], chat: ChatFormat, episodes: int, se
 def _solver_messages(task: Task, chat: ChatFormat, rng: np.random.Generator, max_turns: int,
                      env_kwargs: dict[str, Any]) -> tuple[list[dict[str, str]], list[dict[str, Any]], float]:
     """One solver episode as (messages, tool schemas, return), played like run_episode plays a policy's turns."""
-    native = chat.protocol == "native_tools"
-    # A native episode follows the gym's own native rules, as env_runner_group.env_kwargs sets them.
-    kwargs = {**(get_gym(task.gym).native_tools_kwargs if native else {}), **env_kwargs}
-    env = make_env(task.gym, task, **kwargs)
+    protocol = chat.protocol
+    # The episode follows the protocol's rules for the gym (native_tools: its native ones), as
+    # env_runner_group.env_kwargs sets them.
+    env = make_env(task.gym, task, **{**protocol.env_kwargs(get_gym(task.gym)), **env_kwargs})
     try:
         messages, tools = chat.episode_opening(task, env)
         env.reset()
         solver = make_solver(task.gym, task, rng)
-        if native:
-            if not isinstance(solver, NativeToolsSolver):
-                raise ValueError(
-                    f"sft.enabled=true with env.protocol=native_tools: the {task.gym} gym's solver cannot write "
-                    "native-tools demonstrations (it is no NativeToolsSolver); set sft.source=file, "
-                    "sft.enabled=false or env.protocol=tool_call")
-            solver.start_native(opening_text(messages, tools))
+        protocol.start_demonstration(solver, task.gym, messages, tools)
         feedback, episode_return = None, 0.0
         for _ in range(max_turns):
-            choice, content = solver.next_action(feedback)
-            if native and choice == "finish":
-                break  # the plan is over but the episode is not: a native message has no finish step
-            text = chat.render_action(choice, content)
+            text = protocol.demonstration_text(*solver.next_action(feedback))
+            if text is None:
+                break  # the plan is over where the protocol's episode is not (native_tools' finish)
             parsed = chat.parse(text)  # what the rollout executes: the first call of the text, as it parses it
             if parsed.action is None:
                 break  # the rollout would end here (no_tool_call), unrewarded
@@ -169,11 +161,6 @@ def _solver_messages(task: Task, chat: ChatFormat, rng: np.random.Generator, max
         return messages, tools, episode_return
     finally:
         env.close()
-
-
-def opening_text(messages: list[dict[str, str]], tools: list[dict[str, Any]]) -> str:
-    """What a native-tools agent reads before its first message: the opening's texts and the tool schemas."""
-    return "\n".join([*(m["content"] for m in messages), *(json.dumps(t["function"]) for t in tools)])
 
 
 def user_reply_demonstrations(tasks: list[Task], chat: ChatFormat, episodes: int,
@@ -189,9 +176,9 @@ def user_reply_demonstrations(tasks: list[Task], chat: ChatFormat, episodes: int
     from userrl.humanlm.format import demonstration_target
     from userrl.humanlm.row import Row
 
-    if chat.protocol != "user_reply":
+    if not chat.protocol.user_replies:
         raise ValueError(f"sft.source=rows demonstrates user replies: it needs env.protocol=user_reply, "
-                         f"not {chat.protocol}")
+                         f"not {chat.protocol.name}")
     usable: list[tuple[Task, str]] = []
     for task in tasks:
         if "row" not in task.data or "field" not in task.data:

@@ -27,16 +27,17 @@ def resolve_user_model(name: str, user_format: str = "plain") -> str:
 
     from userrl.checkpoint import checkpoint_of_model, model_folder
     from userrl.models import resolve_model
+    from userrl.protocols import get_protocol
 
     folder = Path(model_folder(name)).expanduser()
     if user_format != "humanlm":
-        protocol = None
+        trained_as = None  # the protocol it was trained with; an unknown one is no user simulator's
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
             if (folder / "userrl.json").is_file():  # a `userrl export` folder
-                protocol = json.loads((folder / "userrl.json").read_text())["protocol"]
+                trained_as = get_protocol(json.loads((folder / "userrl.json").read_text())["protocol"])
             elif checkpoint := checkpoint_of_model(folder):  # a checkpoint's model/
-                protocol = checkpoint.protocol
-        if protocol == "user_reply":
+                trained_as = get_protocol(checkpoint.protocol)
+        if trained_as is not None and trained_as.user_replies:
             raise ValueError(f"env.local_user_model={name} is a user simulator trained with `userrl train-user` "
                              "(HumanLM's format); set env.local_user_format=humanlm")
     return resolve_model(str(folder) if folder.is_dir() else name)

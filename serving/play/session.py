@@ -131,7 +131,7 @@ class PlayEpisode:
             "prompt": self.task.prompt, "turns": self.turns, "total_reward": self.total, "done": self.done,
             "stop_reason": traj.stop_reason if traj is not None else None,
             "error": traj.error if traj is not None and traj.aborted else None,
-            "max_turns": self.limits.max_turns, "protocol": self.engine.protocol,
+            "max_turns": self.limits.max_turns, "protocol": self.engine.protocol.name,
         }
 
 
@@ -148,7 +148,7 @@ class PlayManager:
 
     def gyms(self, model_name: str) -> dict[str, Any]:
         """The gyms on offer, the splits, the action choices and the served model."""
-        return {"model": model_name, "protocol": self.engine.protocol, "gyms": sorted(GYMS),
+        return {"model": model_name, "protocol": self.engine.protocol.name, "gyms": sorted(GYMS),
                 "splits": ["test", "train"], "choices": CHOICES}
 
     def _tasks_of(self, gym: str, split: str) -> list[Task]:

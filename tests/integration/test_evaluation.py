@@ -16,12 +16,12 @@ from aiohttp import web
 from chat_server import LoopbackChatServer
 from mlflow import MlflowClient
 
-from userrl.chat import TOOL_NAME
 from userrl.cli import main
 from userrl.commands.evaluate import Episode, episode_spec, run_evaluation
 from userrl.config import load_config
 from userrl.envs import load_tasks, make_env, make_solver
 from userrl.envs.solving import play_episode
+from userrl.protocols.choices import TOOL_NAME
 from userrl.rollout import request_seed
 
 MAX_TURNS = 8

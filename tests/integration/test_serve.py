@@ -23,7 +23,8 @@ import pytest
 import requests
 import torch
 
-from userrl.chat import TOOL_SCHEMA, ChatFormat
+from userrl.chat import ChatFormat
+from userrl.protocols.choices import TOOL_SCHEMA
 from userrl.serving.chat_engine import ChatEngine
 from userrl.serving.protocol import parse_request
 

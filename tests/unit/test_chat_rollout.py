@@ -6,9 +6,12 @@ import json
 import numpy as np
 import pytest
 
-from userrl.chat import IGNORED_CALL_NOTICE, ChatFormat, parse_bracket, parse_tool_calls
+from userrl.chat import ChatFormat
 from userrl.engines.base import GenerationOutput, GenerationRequest
 from userrl.envs import load_tasks, make_env, make_solver
+from userrl.protocols.bracket import parse_bracket
+from userrl.protocols.choices import IGNORED_CALL_NOTICE
+from userrl.protocols.tool_call import parse_tool_calls
 from userrl.rollout import RolloutLimits, TokenPolicy, run_episode
 from userrl.sft import solver_demonstrations
 from userrl.trajectory import ROLE_IDS, read_parquet, write_parquet

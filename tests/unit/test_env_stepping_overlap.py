@@ -15,8 +15,8 @@ from aiohttp import web
 from test_llm_client import Reply, ScriptedServer, make_client
 
 from userrl.actors.env_runner import EpisodePlayer, EpisodeSpec, make_user_client
-from userrl.chat import ParsedTurn
 from userrl.envs import MultiTurnEnv, Task, load_tasks, openai_client
+from userrl.protocols import ParsedTurn
 from userrl.rollout import AgentTurn, EpisodePolicy, RolloutLimits
 from userrl.trajectory import Trajectory
 

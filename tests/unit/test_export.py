@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from userrl.chat import TOOL_SCHEMA, ChatFormat
+from userrl.chat import ChatFormat
 from userrl.cli import main
 from userrl.config import UserRLConfig
+from userrl.protocols.choices import TOOL_SCHEMA
 
 
 @pytest.fixture(scope="module")

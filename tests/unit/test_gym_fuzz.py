@@ -31,13 +31,14 @@ from gym_helpers import invalid_action_feedback
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from userrl.chat import TOOL_BLOCK, parse_native_tools
 from userrl.envs import GYMS, Task, load_tasks, make_env, make_solver, parse_action, tool_call_to_action
 from userrl.envs.base import ENDED_FEEDBACK, EXCEPTION_FEEDBACK, TIMEOUT_FEEDBACK
 from userrl.envs.json_extract import strip_think
 from userrl.envs.solving import UngroundedTask
 from userrl.envs.tau.parsing import parse_tool_call
 from userrl.envs.tau.tools import domain_tools
+from userrl.protocols.native_tools import parse_native_tools
+from userrl.protocols.tool_blocks import TOOL_BLOCK
 
 NAMES = sorted(GYMS)
 TOTAL_ACTIONS = int(os.environ.get("USERRL_GYM_FUZZ_ACTIONS", "2000"))

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
-from userrl.chat import NATIVE_IGNORED_CALL_NOTICE, NATIVE_TOOL_INSTRUCTIONS, ChatFormat, parse_native_tools
+from userrl.chat import ChatFormat
 from userrl.engines.base import GenerationOutput, GenerationRequest
 from userrl.envs import GYMS, MultiTurnEnv, Task, load_tasks, make_env, make_solver
 from userrl.envs.base import INVALID_TOOL_CALL
@@ -20,6 +20,11 @@ from userrl.envs.llm import RoleCall
 from userrl.envs.tau.customer import GREETING, STOP_TOKEN
 from userrl.envs.tau.env import CUSTOMER_GONE
 from userrl.envs.tau.tools import catalogue_text, domain_tools
+from userrl.protocols.native_tools import (
+    NATIVE_IGNORED_CALL_NOTICE,
+    NATIVE_TOOL_INSTRUCTIONS,
+    parse_native_tools,
+)
 from userrl.rollout import RolloutLimits, TokenPolicy, run_episode
 from userrl.sft import solver_demonstrations
 from userrl.trajectory import ROLE_IDS, Trajectory

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from userrl.chat import TOOL_SCHEMA, ChatFormat
+from userrl.chat import ChatFormat
 from userrl.config import ConfigError
 from userrl.engines.base import GenerationOutput
 from userrl.envs import load_tasks
+from userrl.protocols.choices import TOOL_SCHEMA
 from userrl.serving.chat_engine import ChatEngine
 from userrl.serving.config import load_serve_config
 from userrl.serving.protocol import APIError, parse_request
@@ -133,8 +134,7 @@ def test_streamed_bracket_reply_holds_back_the_call(tiny_model):
 
 
 def test_bracket_choices_are_the_ones_the_parser_knows():
-    from userrl.chat import parse_bracket
-    from userrl.serving.chat_engine import BRACKET_CHOICES
+    from userrl.protocols.bracket import BRACKET_CHOICES, parse_bracket
 
     assert [parse_bracket(f"[{c}] x").calls for c in BRACKET_CHOICES] == [[(c, "x")] for c in BRACKET_CHOICES]
     assert parse_bracket("[other] x").calls == []

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from userrl.chat import TOOL_SCHEMA
+from userrl.protocols.choices import TOOL_SCHEMA
 from userrl.serving.chat_engine import ChatEngine
 from userrl.serving.protocol import APIError, decode_json, parse_request
 

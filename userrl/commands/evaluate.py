@@ -31,8 +31,9 @@ from userrl.checkpoint import Checkpoint, write_atomic
 from userrl.commands.eval_metrics import EPISODE_SCHEMA, TRAVEL, flat_metrics, summarize
 from userrl.config import GymSpec, UserRLConfig, apply_overrides, parse_config, read_yaml_mapping
 from userrl.envs import GYMS, Task, load_tasks
-from userrl.mua_metrics import LABELS, mua_metrics
+from userrl.mua_metrics import LABELS
 from userrl.progress import progress_bars
+from userrl.protocols import get_protocol
 from userrl.trajectory import Trajectory, TurnRecord
 
 log = logging.getLogger(__name__)
@@ -364,8 +365,8 @@ def run_evaluation(config: UserRLConfig, *, checkpoint: str | None = None, polic
         schema={"gym": pl.String, "item_key": pl.String, "pass_index": pl.Int64, "_order": pl.Int64}, orient="row")
     frame = read_shards(out).join(keys, on=list(KEY), how="inner").sort("_order").drop("_order")
     summary = summarize(frame)
-    if config.env.protocol == "native_tools":  # MUA-RL's metrics; with one pass every item is a group of one
-        summary["mua"] = mua_metrics(episode_trajectories(frame))
+    # The protocol's own metrics (native_tools: MUA-RL's); with one pass every item is a group of one.
+    summary.update(get_protocol(config.env.protocol).episode_metrics(episode_trajectories(frame)))
     seconds = time.perf_counter() - start
     report = {"policy": label, "kind": kind, "passes": ev.passes, "temperature": ev.temperature,
               "max_episodes_per_gym": ev.max_episodes_per_gym, "split": ev.split, **summary,

@@ -29,6 +29,7 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, *, force: bool = 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from userrl.chat import ChatFormat
+    from userrl.protocols import get_protocol
 
     source, out = Checkpoint.open(checkpoint, "--checkpoint"), Path(out).expanduser().resolve()
     if out.exists() and any(out.iterdir()) and not force:
@@ -51,7 +52,7 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, *, force: bool = 
             "checkpoint": str(source.path),
             "base_model": ((meta.get("config") or {}).get("policy") or {}).get("model"),
             # A user simulator's reply ends after a field's closing tag (training cut it there): ask with these.
-            **({"stop_strings": list(ChatFormat(tokenizer, protocol).stop_strings)} if protocol == "user_reply" else {}),
+            **({"stop_strings": list(stops)} if (stops := get_protocol(protocol).stop_strings) else {}),
         }, indent=2))
         replace_folder(staging, out)
     finally:
