@@ -22,7 +22,7 @@ import copy
 import hashlib
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -199,10 +199,9 @@ class DomainData:
         assert self._fresh_hash is not None
         return self._fresh_hash
 
-    def gold_hash(self, actions: list[dict[str, Any]]) -> str:
-        """Hash of a fresh copy after replaying gold actions; cached per action list (it is deterministic)."""
-        from userrl.envs.tau.tools import replay_actions  # tools import this module
-
+    def gold_hash(self, actions: list[dict[str, Any]], replay_actions: Callable[[EpisodeDB, list], Any]) -> str:
+        """Hash of a fresh copy after `replay_actions` (the tools' replay, which imports this module) ran the gold
+        actions; cached per action list (it is deterministic)."""
         key = json.dumps(actions, sort_keys=True, ensure_ascii=True)
         found = self._gold_hashes.get(key)
         if found is None:

@@ -22,7 +22,14 @@ from userrl.envs.tau.database import DomainData, EpisodeDB
 from userrl.envs.tau.parsing import INVALID_TOOL_FORMAT, parse_tool_call
 from userrl.envs.tau.reward import TauOutcome, evaluate, missing_outputs
 from userrl.envs.tau.tasks import resolve_domain_data, validate_task_data
-from userrl.envs.tau.tools import ERROR_PREFIX, catalogue_text, domain_tools, run_tool, unknown_action
+from userrl.envs.tau.tools import (
+    ERROR_PREFIX,
+    catalogue_text,
+    domain_tools,
+    replay_actions,
+    run_tool,
+    unknown_action,
+)
 
 # Every feedback string of section 5, verbatim.
 TOOLS_ALREADY_SHOWN = "The tool list was already provided above."
@@ -168,7 +175,7 @@ class TauEnv(MultiTurnEnv):
 
     def gold_hash(self) -> str:
         """Hash of a fresh database after the gold actions (cached per process)."""
-        return self._domain.gold_hash(self._data["actions"])
+        return self._domain.gold_hash(self._data["actions"], replay_actions)
 
     def goal_reached(self) -> bool:
         """Whether the database is at the gold state and every required output has been said."""
