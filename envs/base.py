@@ -10,7 +10,7 @@ import json
 import logging
 import math
 import string
-from collections.abc import Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -223,6 +223,9 @@ class MultiTurnEnv(gymnasium.Env):
     """
 
     gym_name: ClassVar[str] = ""
+    #: The gym's builtin train tasks, loaded once (set by the registry's `register_gym`): what `reset` draws
+    #: from when it names no task.
+    train_task_source: ClassVar[Callable[[], Sequence[Task]] | None] = None
     #: The choices the gym's prompt offers (informational; `[finish]` is accepted where a gym handles it).
     allowed_choices: ClassVar[tuple[str, ...]] = TOOL_CHOICES
     #: Per-gym default of `normalize_rewards` (0.3).
@@ -428,9 +431,8 @@ class MultiTurnEnv(gymnasium.Env):
 
     def _draw_task(self, seed: int | None) -> Task:
         """A task of the gym's builtin train split, drawn with seed (the same seed draws the same task)."""
-        from userrl.envs.registry import train_tasks  # the registry imports this module
-
-        tasks = train_tasks(self.gym_name)
+        source = type(self).train_task_source
+        tasks = source() if source is not None else ()
         if not tasks:
             raise ValueError(
                 f"{type(self).__name__}.reset() needs a task: pass task=... to the constructor or "

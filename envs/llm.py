@@ -4,7 +4,7 @@ A gym with model roles holds a `RoleClient` in `self.llm` (built from its `llm` 
 and, for `backend="scripted"`, uses its deterministic stand-in instead. A call that still fails after
 its attempts returns `None` as the value, and the gym applies that role's fallback (GYMS.md 0.6).
 
-`make_role_client(spec)` builds the OpenAI-compatible backend (envs/openai_client.py) from a gym's `llm`
+`envs/openai_client.make_role_client(spec)` builds the OpenAI-compatible backend from a gym's `llm`
 keyword; structured-output helpers (extract_json_object, as_bool, as_int, as_float, as_label) live in
 envs/json_extract.py.
 """
@@ -88,11 +88,3 @@ def user_turn_context(opening: str, exchanges: Sequence[tuple[str, str]], latest
     for message, reply in exchanges:
         context += [{"role": "assistant", "content": message}, {"role": "user", "content": reply}]
     return context + [{"role": "assistant", "content": latest}]
-
-
-def make_role_client(spec: Any = None) -> RoleClient:
-    """A RoleClient from a gym's `llm` keyword (see envs/openai_client.make_role_client)."""
-    # Imported here so that scripted-only use of this module never loads the openai SDK.
-    from userrl.envs.openai_client import make_role_client as _make
-
-    return _make(spec)

@@ -9,7 +9,7 @@ import logging
 import pkgutil
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -86,6 +86,7 @@ def register_gym(
     gym_id = gymnasium_id or (previous.gymnasium_id if previous else f"userrl/{name.capitalize()}-v0")
     RECORDS[name] = GymRecord(name, env_cls, load_tasks, solver, gym_id)
     train_tasks.cache_clear()
+    env_cls.train_task_source = partial(train_tasks, name)
     if gym_id not in gymnasium.registry:
         # The env enforces max_steps itself, so no TimeLimit wrapper (max_episode_steps stays None).
         gymnasium.register(id=gym_id, entry_point=f"{env_cls.__module__}:{env_cls.__qualname__}")

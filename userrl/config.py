@@ -36,10 +36,7 @@ from userrl.algorithms.settings import (  # torch-free: the CLI starts without t
     settings_of,
 )
 from userrl.engines.select import EngineName
-
-
-class ConfigError(ValueError):
-    """A configuration value is unknown, ill-typed or inconsistent."""
+from userrl.errors import ConfigError
 
 
 class _Section(BaseModel):

@@ -17,7 +17,6 @@ import pytest
 from aiohttp import web
 from chat_server import LoopbackChatServer
 
-from userrl.envs import llm
 from userrl.envs.json_extract import as_bool, as_int, as_label
 from userrl.envs.llm import RoleCall, RoleClient
 from userrl.envs.openai_client import DEFAULT_BASE_URL, LLMConfig, OpenAIRoleClient, make_role_client
@@ -444,7 +443,6 @@ def test_make_role_client(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(make_role_client(None), OpenAIRoleClient)
     config = LLMConfig(model="m")
     assert make_role_client(config).config is config
-    assert isinstance(llm.make_role_client({"model": "m"}), OpenAIRoleClient)
 
     class Double:
         async def complete_json(self, role, system, user, validate, *, max_tokens=None, temperature=None):

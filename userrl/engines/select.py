@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from userrl.checkpoint import MODEL_DIR
+from userrl.errors import ConfigError
 
 #: The values of `policy.engine`, `env.local_user_engine` and Serve's `engine`.
 EngineName = Literal["auto", "hf", "vllm"]
@@ -161,8 +162,6 @@ def resolve_engine(requested: str, model_path: str, setting: str = "policy.engin
     `setting` names the config field in messages; `gpu`: whether the replicas get a GPU (None: whether this
     process sees one). `vllm` by name where vLLM cannot run the model raises a one-line ConfigError.
     """
-    from userrl.config import ConfigError
-
     if requested == "hf":
         return "hf", f"{setting}=hf"
     if requested not in ("auto", "vllm"):
