@@ -15,6 +15,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from userrl.errors import ConfigError
+
 SMOLLM2 = "smollm2-135m"
 TINY_RANDOM = "tiny-random"
 _GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -129,8 +131,6 @@ def check_critic_model(critic: str, policy_path: str) -> str:
     The critic scores the policy's token ids, so it must be the policy's model type with the same vocabulary.
     """
     from transformers import AutoConfig
-
-    from userrl.config import ConfigError
 
     path = resolve_model(critic)
     theirs, ours = AutoConfig.from_pretrained(path), AutoConfig.from_pretrained(policy_path)
