@@ -111,6 +111,18 @@ class PersonaUserSession(UserSession):
         return await self._call(lambda s: client.complete_user(role, persona, context, fields, seed=s))
 
 
+def configured_user_model(backend: str, local_user_model: str, llm: Mapping[str, Any]) -> UserModel | None:
+    """The user model a run's env section names (None for scripted users): what the env runners' clients
+    report, for the MLflow run (`user_model`, `user_version` tags) before any episode is played."""
+    if backend == "local":
+        return UserModel(local_user_model)
+    if backend == "openai":
+        from userrl.envs.openai_client import LLMConfig
+
+        return UserModel(LLMConfig.from_spec(llm).model)
+    return None
+
+
 def user_session(client: UserBackend, seed: int, group_id: str) -> UserSession:
     """The session class that keeps the client's interface: the gyms tell a persona client by its methods."""
     cls = PersonaUserSession if isinstance(client, PersonaUserClient) else UserSession
