@@ -38,7 +38,7 @@ from aiohttp import web
 
 from userrl.actors.env_runner import EpisodePlayer, EpisodeSpec, make_user_client
 from userrl.envs import MultiTurnEnv, Task, load_tasks
-from userrl.envs.llm import RoleCall
+from userrl.envs.llm import RoleCall, UserModel
 from userrl.envs.openai_client import OpenAIRoleClient
 from userrl.protocols import ParsedTurn
 from userrl.rollout import AgentTurn, EpisodePolicy, RolloutLimits
@@ -158,6 +158,11 @@ class TimedRoleClient:
 
     def __init__(self, inner: Any, events: list[tuple[str, float]]):
         self.inner, self.events = inner, events
+
+    @property
+    def user_model(self) -> UserModel:
+        """The inner client's model (a UserBackend's)."""
+        return self.inner.user_model
 
     async def complete_json(self, role: str, system: str, user: str, validate: Callable[[dict[str, Any]], Any],
                             **kwargs: Any) -> tuple[Any, RoleCall]:

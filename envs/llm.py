@@ -20,7 +20,7 @@ T = TypeVar("T")
 
 @dataclass
 class RoleCall:
-    """What one role call did, for info["lm_calls"]."""
+    """What one role call did, for info["lm_calls"] and the rollout's user metrics."""
 
     role: str
     attempts: int
@@ -28,6 +28,28 @@ class RoleCall:
     latency_s: float
     #: Why the last attempt failed (e.g. "timeout", "http_500", "extraction_failed"); None when ok.
     error: str | None = None
+    #: Generation requests the call made (attempts x the fields asked), those a reply cache answered, the
+    #: tokens the model generated for it (0 for cached replies), and requests sent again because the
+    #: replica that had them died (a restarted replica answers them with the same seed).
+    requests: int = 0
+    cache_hits: int = 0
+    tokens: int = 0
+    resent: int = 0
+
+
+@dataclass(frozen=True)
+class UserModel:
+    """The model behind a backend's users and judges: its name, and its version (0 for a fixed model; a
+    co-training sync that gives the users new weights bumps it)."""
+
+    name: str
+    version: int = 0
+
+
+def attempt_seed(seed: int | None, attempt: int) -> int | None:
+    """The sampling seed of attempt `attempt` (1, 2, ...) of a call seeded `seed`: a retry after a bad reply
+    must not sample that reply again, and every run retries with the same seeds."""
+    return None if seed is None else (seed + attempt - 1) & 0x7FFFFFFF
 
 
 @runtime_checkable
@@ -43,10 +65,11 @@ class RoleClient(Protocol):
         *,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        seed: int | None = None,
     ) -> tuple[T | None, RoleCall]:
         """One system + one user message; extract a JSON object (GYMS.md 0.6) and pass it through
         `validate` (which raises ValueError/KeyError/TypeError to reject it). Retries on failure; the
-        value is None when every attempt failed."""
+        value is None when every attempt failed. `seed` fixes the sampling (attempt k: `attempt_seed`)."""
         ...
 
     async def complete_text(
@@ -57,8 +80,20 @@ class RoleClient(Protocol):
         *,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        seed: int | None = None,
     ) -> tuple[str | None, RoleCall]:
-        """Free-text completion with the same retries; None when every attempt failed."""
+        """Free-text completion with the same retries and seeds; None when every attempt failed."""
+        ...
+
+
+@runtime_checkable
+class UserBackend(RoleClient, Protocol):
+    """A RoleClient that names the model behind it: the env runners' user backends, whose model and version
+    every trajectory records."""
+
+    @property
+    def user_model(self) -> UserModel:
+        """The model that answers, and its version."""
         ...
 
 
@@ -73,6 +108,7 @@ class PersonaUserClient(Protocol):
         persona: str,
         context: Sequence[Mapping[str, str]],
         fields: Sequence[str],
+        seed: int | None = None,
     ) -> tuple[dict[str, str] | None, RoleCall]:
         """The user's next message as one text per HumanLM field (e.g. ("stance", "response")), given its
         persona and the conversation so far (`user_turn_context`); None when every attempt failed."""

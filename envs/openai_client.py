@@ -32,7 +32,8 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from userrl.envs.json_extract import JSONExtractionError, extract_json_object, strip_think
-from userrl.envs.llm import RoleCall, RoleClient
+from userrl.envs.llm import RoleCall, RoleClient, UserModel, attempt_seed
+from userrl.envs.reply_cache import ReplyCache
 
 __all__ = ["DEFAULT_BASE_URL", "LLMConfig", "OpenAIRoleClient", "make_role_client"]
 
@@ -280,8 +281,9 @@ def _error_message(body: bytes) -> str:
     return str(message) if message else text[:_ERROR_CHARS]
 
 
-def _reply_text(body: bytes) -> str:
-    """The first choice's message text of a chat-completion body."""
+def _reply_text(body: bytes) -> tuple[str, int]:
+    """The first choice's message text of a chat-completion body, and its completion tokens (0 when the
+    server does not report `usage`)."""
     try:
         data = json.loads(body)
         choices = data.get("choices") or []
@@ -291,14 +293,18 @@ def _reply_text(body: bytes) -> str:
         raise _MalformedReplyError(f"not a chat completion: {body[:80]!r}") from exc
     if not isinstance(content, str) or not content.strip():
         raise _EmptyReplyError("the reply has no message text")
-    return content
+    usage = data.get("usage")
+    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    return content, tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else 0
 
 
 class OpenAIRoleClient:
     """RoleClient over an OpenAI-compatible chat-completions endpoint (POST {base_url}/chat/completions)."""
 
-    def __init__(self, config: LLMConfig | None = None) -> None:
+    def __init__(self, config: LLMConfig | None = None, cache: ReplyCache | None = None) -> None:
         self.config = config if config is not None else LLMConfig()
+        #: Replies by (model, request body with its seed); None: every request goes to the server.
+        self.cache = cache
         # Read the environment now, when the client is built, never at import (GYMS.md 0.6, 0.11).
         env_key = os.environ.get("OPENAI_API_KEY") or None
         env_url = os.environ.get("OPENAI_BASE_URL") or None
@@ -320,6 +326,11 @@ class OpenAIRoleClient:
         """The resolved settings a call for this role uses (its repr hides the API key)."""
         return self._per_role.get(role, self._default)
 
+    @property
+    def user_model(self) -> UserModel:
+        """The model the roles are asked by default (a server's model is fixed: version 0)."""
+        return UserModel(self._default.model)
+
     def __repr__(self) -> str:
         cfg = self._default
         return (
@@ -336,15 +347,17 @@ class OpenAIRoleClient:
         *,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        seed: int | None = None,
     ) -> tuple[T | None, RoleCall]:
         """One system + one user message; extract a JSON object (GYMS.md 0.6) and pass it through
         `validate` (which raises ValueError/KeyError/TypeError to reject it). Retries on failure; the
-        value is None when every attempt failed."""
+        value is None when every attempt failed. `seed` is sent as the request's `seed` (attempt k:
+        `attempt_seed`)."""
 
         def parse(reply: str) -> T:
             return validate(extract_json_object(reply))
 
-        return await self._call(role, system, user, parse, max_tokens, temperature)
+        return await self._call(role, system, user, parse, max_tokens, temperature, seed)
 
     async def complete_text(
         self,
@@ -354,8 +367,9 @@ class OpenAIRoleClient:
         *,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        seed: int | None = None,
     ) -> tuple[str | None, RoleCall]:
-        """Free-text completion with the same retries; None when every attempt failed."""
+        """Free-text completion with the same retries and seeds; None when every attempt failed."""
 
         def parse(reply: str) -> str:
             # A thinking model's reasoning must not leak into what the agent reads as the user's words.
@@ -364,7 +378,7 @@ class OpenAIRoleClient:
                 raise ValueError("the reply is empty once think blocks are dropped")
             return text
 
-        return await self._call(role, system, user, parse, max_tokens, temperature)
+        return await self._call(role, system, user, parse, max_tokens, temperature, seed)
 
     async def aclose(self) -> None:
         """Close the running loop's HTTP sessions of this client's endpoints (rebuilt on next use)."""
@@ -385,16 +399,19 @@ class OpenAIRoleClient:
         parse: Callable[[str], T],
         max_tokens: int | None,
         temperature: float | None,
+        seed: int | None,
     ) -> tuple[T | None, RoleCall]:
         """The retry loop shared by complete_json and complete_text."""
         cfg = self.settings(role)
         started = time.perf_counter()
         error, detail = "not_attempted", ""
-        attempt = 0
+        call = RoleCall(role=role, attempts=0, ok=False, latency_s=0.0)
         for attempt in range(1, cfg.attempts + 1):
+            call.attempts = attempt
             permanent = False
             try:
-                reply = await self._request(cfg, system, user, max_tokens, temperature)
+                reply = await self._request(cfg, system, user, max_tokens, temperature,
+                                            attempt_seed(seed, attempt), call)
             except Exception as exc:  # any model or network failure is a failed attempt, never a crash
                 error, permanent = _describe_request_error(exc)
                 detail = self._scrub(cfg, str(exc))
@@ -407,24 +424,24 @@ class OpenAIRoleClient:
                     # The validator's documented ways to reject; anything else is a bug and propagates.
                     error, detail = "validation_failed", self._scrub(cfg, f"{type(exc).__name__}: {exc}")
                 else:
-                    latency = time.perf_counter() - started
-                    return value, RoleCall(role=role, attempts=attempt, ok=True, latency_s=latency)
+                    call.ok, call.latency_s = True, time.perf_counter() - started
+                    return value, call
             logger.debug("role %r attempt %d/%d failed: %s (%s)", role, attempt, cfg.attempts, error, detail)
             if permanent:
                 break
             if attempt < cfg.attempts:
                 await asyncio.sleep(cfg.pause_before_retry(attempt))
-        latency = time.perf_counter() - started
+        call.latency_s, call.error = time.perf_counter() - started, error
         logger.warning(
             "role %r failed after %d attempt(s) in %.2fs against %s: %s (%s)",
             role,
-            attempt,
-            latency,
+            call.attempts,
+            call.latency_s,
             cfg.base_url,
             error,
             detail,
         )
-        return None, RoleCall(role=role, attempts=attempt, ok=False, latency_s=latency, error=error)
+        return None, call
 
     async def _request(
         self,
@@ -433,8 +450,31 @@ class OpenAIRoleClient:
         user: str,
         max_tokens: int | None,
         temperature: float | None,
+        seed: int | None,
+        call: RoleCall,
     ) -> str:
-        """One chat completion under the endpoint's semaphore and the attempt timeout; the reply text."""
+        """One chat completion (from the cache when it has the request); the reply text. Counted in `call`."""
+        payload = {
+            "model": cfg.model,
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+            "temperature": cfg.temperature if temperature is None else temperature,
+            "max_tokens": cfg.max_tokens if max_tokens is None else max_tokens,
+            **({} if seed is None else {"seed": seed}),
+            **cfg.extra_body,  # last, as the SDK merged it: a server-specific key may replace a standard one
+        }
+        body = json.dumps(payload).encode()
+        call.requests += 1
+        if self.cache is None or seed is None:
+            text, tokens = await self._post(cfg, body)
+        else:  # the body names the model and the whole request, seed included
+            (text, tokens), hit = await self.cache.get((cfg.base_url, body), lambda: self._post(cfg, body))
+            call.cache_hits += hit
+            tokens = 0 if hit else tokens
+        call.tokens += tokens
+        return text
+
+    async def _post(self, cfg: LLMConfig, body: bytes) -> tuple[str, int]:
+        """POST one chat completion under the endpoint's semaphore and the attempt timeout: (text, tokens)."""
         base_url, api_key = cfg.base_url or "", cfg.api_key or ""
         state = await _loop_state()
         session, proxy = state.session(base_url, api_key)
@@ -442,14 +482,6 @@ class OpenAIRoleClient:
         semaphore = state.semaphores.get(slot_key)
         if semaphore is None:
             semaphore = state.semaphores[slot_key] = asyncio.Semaphore(cfg.max_concurrency)
-        payload = {
-            "model": cfg.model,
-            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
-            "temperature": cfg.temperature if temperature is None else temperature,
-            "max_tokens": cfg.max_tokens if max_tokens is None else max_tokens,
-            **cfg.extra_body,  # last, as the SDK merged it: a server-specific key may replace a standard one
-        }
-        body = json.dumps(payload).encode()
         async with semaphore:
             # asyncio.timeout bounds the whole exchange (connect, send, wait, read), so neither a dead
             # endpoint nor a server that trickles bytes can hold an attempt open past timeout_s.

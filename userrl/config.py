@@ -135,6 +135,10 @@ class EnvConfig(_Section):
         "prompts (JSON replies); humanlm: a user simulator (e.g. a `userrl train-user` checkpoint) asked in "
         "HumanLM's format, the training rows' persona and conversation, its reply read from the <response> "
         "block (Persuade's stance from a <stance> block); gyms without a HumanLM persona use the plain prompts.")
+    user_cache: bool = Field(
+        False, description="Keep the simulated users' and judges' replies (backends local and openai) in an LRU "
+        "per env runner, keyed by (user model, version, the role's whole prompt, seed): a hit is what asking "
+        "again would have sampled; rollout/user_cache_hit_rate says how often it answered.")
     role_failure: Literal["abort", "fallback"] = Field(
         "abort", description="A simulated user's or judge's call that still fails after its retries: abort "
         "(the episode is aborted, counted per gym and left out of the update) or fallback (the gym's "

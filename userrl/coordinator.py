@@ -133,8 +133,9 @@ def episode_specs(tasks: list[Task], group_size: int, prefix: str) -> list[Episo
 
 def rollout_metrics(trajectories: list[Trajectory], seconds: float, prefix: str = "rollout",
                     protocol: str | None = None) -> dict[str, float]:
-    """Reward, success, turns, valid actions, stop reasons, tokens/s; per gym too; the action protocol's own
-    metrics (`<prefix>/<group>/...`: native_tools has MUA-RL's, `<prefix>/mua/...`) when `protocol` is given.
+    """Reward, success, turns, valid actions, stop reasons, tokens/s; per gym too; what the model-backed users
+    and judges cost (`user_metrics`); the action protocol's own metrics (`<prefix>/<group>/...`: native_tools
+    has MUA-RL's, `<prefix>/mua/...`) when `protocol` is given.
 
     Aborted episodes are counted (in all, per gym, with their failed role calls) and left out of every
     mean: a failure is never scored as a 0.
@@ -171,9 +172,26 @@ def rollout_metrics(trajectories: list[Trajectory], seconds: float, prefix: str 
         turns = [turn for t in of_gym for turn in t.turns]
         metrics[f"{prefix}/role_calls/{gym}"] = float(sum(turn.role_calls for turn in turns))
         metrics[f"{prefix}/failed_role_calls/{gym}"] = float(sum(turn.failed_role_calls for turn in turns))
+    metrics.update(user_metrics(trajectories, prefix))
     for group, values in (get_protocol(protocol).episode_metrics(trajectories) if protocol else {}).items():
         metrics.update({f"{prefix}/{group}/{name}": value for name, value in values.items()})
     return metrics
+
+
+def user_metrics(trajectories: Sequence[Trajectory], prefix: str = "rollout") -> dict[str, float]:
+    """The model-backed users' and judges' cost over all episodes, aborted ones included (they waited too):
+    tokens generated, requests sent again after a user replica died, the reply cache's hit rate (0 without
+    a cache), and `time/user_s` (`<prefix>/user_wait_s` outside training): the seconds episodes waited for
+    them, summed over episodes (concurrent episodes each count their own wait). {} without model users."""
+    requests = sum(t.user_requests for t in trajectories)
+    if not requests:
+        return {}
+    wait = "time/user_s" if prefix == "rollout" else f"{prefix}/user_wait_s"
+    return {f"{prefix}/user_tokens": float(sum(t.user_tokens for t in trajectories)),
+            f"{prefix}/user_requests": float(requests),
+            f"{prefix}/user_requests_resent": float(sum(t.user_resent for t in trajectories)),
+            f"{prefix}/user_cache_hit_rate": sum(t.user_cache_hits for t in trajectories) / requests,
+            wait: float(sum(t.user_wait_s for t in trajectories))}
 
 
 class GroupScorer(Protocol):

@@ -5,8 +5,9 @@ sends new weights to every replica. It survives faults: runners and replicas run
 (`env_runners.restart_failed_env_runners`); a chunk whose runner died is played again, with the same seeds,
 on the least-loaded live runner, at most `env_runners.max_episode_retries` times, and then counted as
 aborted; a restarted policy replica gets the current weights and version before it serves (runners send
-its requests again once it is back, so episodes go on). Restarts and re-runs are counted
-(`pop_counters`), and nothing is lost silently.
+its requests again once it is back, so episodes go on). User replicas (env.backend=local) restart the same
+way and serve their model folder at once; the runners' user clients send their requests again, with the same
+seeds. Restarts and re-runs are counted (`pop_counters`), and nothing is lost silently.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from typing import Any, Literal
 
 import ray
 
-from userrl.actors.env_runner import REPLICA_LOST, REPLICA_WAIT_S, EnvRunner, EpisodeSpec
-from userrl.actors.policy_replica import AWAITING_WEIGHTS, PolicyReplica
+from userrl.actors.env_runner import REPLICA_LOST, EnvRunner, EpisodeSpec
+from userrl.actors.policy_replica import AWAITING_WEIGHTS, REPLICA_WAIT_S, PolicyReplica
 from userrl.cluster import init_ray
 from userrl.config import UserRLConfig
 from userrl.engines.select import announce_engine, resolve_engine
@@ -133,7 +134,8 @@ class EnvRunnerGroup:
         self.runners = [runner.remote(model_path, ec.protocol, RolloutLimits.from_config(config), names("policy", len(self.replicas)),
                                       env_kwargs(config), user_backend=ec.backend, llm=ec.llm,
                                       user_replicas=names("user", len(self.user_replicas)),
-                                      user_tokenizer_path=user_path, user_format=ec.local_user_format)
+                                      user_tokenizer_path=user_path, user_format=ec.local_user_format,
+                                      user_model=ec.local_user_model, user_cache=ec.user_cache)
                         for _ in range(er.num_env_runners)]
         self.version = 0  # of the weights the replicas serve; set by sync_weights
         # The last weights sent, for replicas that restart: an object ref, or (after a sync through the
@@ -152,6 +154,8 @@ class EnvRunnerGroup:
         self._checked = self._runners_checked = 0.0
         self.counters: Counter[str] = Counter()
         ray.get([r.get_version.remote() for r in self.replicas])  # fail fast if a replica cannot start
+        # A user replica's process id: a new one means Ray restarted it (it needs nothing, but it is counted).
+        self._user_pids = ray.get([r.process_id.remote() for r in self.user_replicas])
         if log.isEnabledFor(logging.INFO):
             log.info("placement: %s", self.placement())
 
@@ -239,11 +243,13 @@ class EnvRunnerGroup:
                         type(error).__name__)
 
     def heal_replicas(self, force: bool = False) -> None:
-        """Give the current weights to replicas that Ray restarted (they serve nothing until then)."""
+        """Give the current weights to replicas that Ray restarted (they serve nothing until then); count the
+        user replicas Ray restarted."""
         now = time.monotonic()
         if not force and now - self._checked < HEALTH_CHECK_S:
             return
         self._checked = now
+        self._count_user_restarts()
         answers = _answers({i: replica.get_version.remote() for i, replica in enumerate(self.replicas)}, timeout=0.5)
         for index, answer in answers.items():
             if isinstance(answer, BaseException):  # restarting: it answers at a later check
@@ -254,6 +260,18 @@ class EnvRunnerGroup:
                 self._restore(self.replicas[index])
                 self.counters["replica_restarts"] += 1
                 log.warning("policy replica %d was restarted; it now has weights version %d", index, self.version)
+
+    def _count_user_restarts(self) -> None:
+        answers = _answers({i: replica.process_id.remote() for i, replica in enumerate(self.user_replicas)}, 0.5)
+        for index, answer in answers.items():
+            if isinstance(answer, BaseException):  # restarting: it answers at a later check
+                if not self.restart:
+                    raise RuntimeError(f"user replica {index} died ({answer}); set "
+                                       "env_runners.restart_failed_env_runners=true to restart it") from answer
+            elif answer != self._user_pids[index]:
+                self._user_pids[index] = answer
+                self.counters["user_replica_restarts"] += 1
+                log.warning("user replica %d was restarted; its pending requests are sent again", index)
 
     def _restore(self, replica: Any) -> None:
         if self._weights is None:  # never synced: the model folder it loaded holds the current weights
@@ -405,10 +423,12 @@ class EnvRunnerGroup:
 
     def pop_counters(self) -> dict[str, float]:
         """Restarts and re-run or lost episodes since the last call (keys without a prefix)."""
-        names = ("env_runner_restarts", "replica_restarts", "rerun_episodes", "lost_episodes")
+        self._count_user_restarts()  # a user replica back since the last health check
+        names = ("env_runner_restarts", "replica_restarts", "user_replica_restarts", "rerun_episodes",
+                 "lost_episodes")
         counts = {name: float(self.counters[name]) for name in names}
         self.counters.clear()
-        if counts["env_runner_restarts"] or counts["replica_restarts"]:
+        if counts["env_runner_restarts"] or counts["replica_restarts"] or counts["user_replica_restarts"]:
             try:
                 log.warning("placement after restarts: %s", self.placement())
             except ray.exceptions.RayError as error:  # a restart still under way: the next check logs it

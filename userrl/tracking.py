@@ -13,6 +13,7 @@ from mlflow.exceptions import MlflowException
 
 from userrl.config import UserRLConfig
 from userrl.trajectory import Trajectory, write_parquet
+from userrl.user_session import configured_user_model
 
 
 class MLflowTracker:
@@ -31,8 +32,11 @@ class MLflowTracker:
             self.client.update_run(run_id, status="RUNNING")
             return
         experiment_id = ensure_experiment(self.client, config.tracking.experiment)
+        ec = config.env
+        user = configured_user_model(ec.backend, ec.local_user_model, ec.llm)
+        users = {"user_model": user.name, "user_version": str(user.version)} if user else {}
         self.run_id = self.client.create_run(experiment_id, run_name=run_name or config.experiment.name,
-                                            tags=tags).info.run_id
+                                            tags={**users, **(tags or {})}).info.run_id
         params = {k: str(v)[:500] for k, v in config.flat().items()}
         items = list(params.items())
         for i in range(0, len(items), 90):  # MLflow accepts at most 100 params per batch

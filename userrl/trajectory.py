@@ -59,6 +59,16 @@ class Trajectory:
     policy_version: int = 0
     data_source: str = ""
     messages: list[dict[str, str]] = field(default_factory=list)
+    #: The model that played the episode's users and judges, and its version ("" for scripted users), and
+    #: what their calls cost (userrl/user_session.py): generation requests, those a reply cache answered,
+    #: tokens generated, requests sent again after their replica died, seconds the episode waited for them.
+    user_model: str = ""
+    user_version: int = 0
+    user_requests: int = 0
+    user_cache_hits: int = 0
+    user_tokens: int = 0
+    user_resent: int = 0
+    user_wait_s: float = 0.0
 
     def append(self, ids: list[int], role: int, *, sampled: bool = False, turn: int = -1,
                logprobs: list[float] | None = None) -> None:

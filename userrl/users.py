@@ -1,19 +1,28 @@
 """The `local` user backend: simulated users and judges served by PolicyReplica actors in the cluster, asked
-with the gyms' own prompts (ReplicaRoleClient) or, for a user simulator, in HumanLM's format (HumanLMUserClient)."""
+with the gyms' own prompts (ReplicaRoleClient) or, for a user simulator, in HumanLM's format (HumanLMUserClient).
+
+Every request carries its call's seed (the episode's UserSession derives it), goes through the optional reply
+cache, and is sent again, with the same seed, when its replica died: Ray restarts user replicas as it does
+policy replicas (`max_restarts`), and a restarted one serves its model folder's weights at once."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from userrl.actors.policy_replica import ReplicaHandle
-from userrl.engines.base import GenerationRequest
+import ray
+
+from userrl.actors.policy_replica import REPLICA_WAIT_S, ReplicaHandle
+from userrl.engines.base import GenerationOutput, GenerationRequest
 from userrl.envs.json_extract import extract_json_object, strip_think
-from userrl.envs.llm import RoleCall
+from userrl.envs.llm import RoleCall, UserModel, attempt_seed
+from userrl.envs.reply_cache import ReplyCache
 
 T = TypeVar("T")
+
+_REPLICA_DOWN = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
 
 
 def resolve_user_model(name: str, user_format: str = "plain") -> str:
@@ -47,52 +56,92 @@ class ReplicaRoleClient:
     """A RoleClient (envs/llm.py) whose completions come from a replica actor, rendered with its chat template."""
 
     def __init__(self, replicas: list[Any], tokenizer: Any, *, max_tokens: int = 512, temperature: float = 0.0,
-                 attempts: int = 3, timeout_s: float = 120.0):
+                 attempts: int = 3, timeout_s: float = 120.0, user_model: UserModel | None = None,
+                 cache: ReplyCache | None = None, replica_wait_s: float = REPLICA_WAIT_S):
         self.replicas, self.tokenizer = [ReplicaHandle(r) for r in replicas], tokenizer
         self._next = 0
         self.max_tokens, self.temperature = max_tokens, temperature
-        self.attempts, self.timeout_s = attempts, timeout_s
+        self.attempts, self.timeout_s, self.replica_wait_s = attempts, timeout_s, replica_wait_s
+        #: Which model answers (recorded on the trajectories; part of every cache key).
+        self.user_model = user_model or UserModel(str(getattr(tokenizer, "name_or_path", "") or "local"))
+        self.cache = cache
 
-    async def _complete(self, system: str, user: str, max_tokens: int | None, temperature: float | None) -> str:
+    async def generate(self, request: GenerationRequest, call: RoleCall) -> GenerationOutput:
+        """One request, counted in `call`: from the cache when it has it, else from a replica (sent again,
+        with the same seed, while a dead replica is restarted)."""
+        call.requests += 1
+        if self.cache is None or request.seed is None:
+            output = await self._send(request, call)
+        else:
+            key = (self.user_model, tuple(request.prompt_ids), request.max_new_tokens, request.temperature,
+                   request.top_p, tuple(request.stop_token_ids), request.seed)
+            output, hit = await self.cache.get(key, lambda: self._send(request, call))
+            if hit:
+                call.cache_hits += 1
+                return output
+        call.tokens += len(output.token_ids)
+        return output
+
+    async def _send(self, request: GenerationRequest, call: RoleCall) -> GenerationOutput:
+        deadline = time.monotonic() + self.replica_wait_s
+        while True:
+            replica = self.replicas[self._next % len(self.replicas)]
+            self._next += 1
+            try:
+                return await asyncio.wait_for(replica.generate(request), self.timeout_s)
+            except _REPLICA_DOWN:
+                if time.monotonic() > deadline:
+                    raise
+                call.resent += 1
+                await asyncio.sleep(0.5)
+
+    async def _complete(self, system: str, user: str, max_tokens: int | None, temperature: float | None,
+                        seed: int | None, call: RoleCall) -> str:
         ids = self.tokenizer.apply_chat_template(
             [{"role": "system", "content": system}, {"role": "user", "content": user}],
             tokenize=True, add_generation_prompt=True, return_dict=True)["input_ids"]
         request = GenerationRequest(list(ids), max_tokens or self.max_tokens,
-                                    self.temperature if temperature is None else temperature,
+                                    self.temperature if temperature is None else temperature, seed=seed,
                                     stop_token_ids=[self.tokenizer.eos_token_id])
-        replica = self.replicas[self._next % len(self.replicas)]
-        self._next += 1
-        out = await asyncio.wait_for(replica.generate(request), self.timeout_s)
+        out = await self.generate(request, call)
         return strip_think(self.tokenizer.decode(out.token_ids, skip_special_tokens=True)).strip()
 
-    async def _retry(self, role: str, attempt_once: Callable[[], Any]) -> tuple[Any, RoleCall]:
+    async def _retry(self, role: str, seed: int | None,
+                     attempt_once: Callable[[int | None, RoleCall], Awaitable[T]]) -> tuple[T | None, RoleCall]:
+        """Up to `attempts` tries, attempt k with `attempt_seed(seed, k)`."""
         start = time.perf_counter()
+        call = RoleCall(role, 0, False, 0.0)
         for attempt in range(1, self.attempts + 1):
+            call.attempts = attempt
             try:
-                value = await attempt_once()
-            except Exception:  # noqa: BLE001 - bad output, a timeout or a replica failure: a failed attempt
+                value = await attempt_once(attempt_seed(seed, attempt), call)
+            except Exception:  # noqa: BLE001 - bad output, a timeout or a replica that stayed down: a failed attempt
                 continue
-            return value, RoleCall(role, attempt, True, time.perf_counter() - start)
-        return None, RoleCall(role, self.attempts, False, time.perf_counter() - start)
+            call.ok, call.latency_s = True, time.perf_counter() - start
+            return value, call
+        call.latency_s = time.perf_counter() - start
+        return None, call
 
     async def complete_text(self, role: str, system: str, user: str, *, max_tokens: int | None = None,
-                            temperature: float | None = None) -> tuple[str | None, RoleCall]:
+                            temperature: float | None = None, seed: int | None = None) -> tuple[str | None, RoleCall]:
         """Free text; an empty reply counts as a failed attempt."""
-        async def once() -> str:
-            text = await self._complete(system, user, max_tokens, temperature)
+        async def once(attempt_seed: int | None, call: RoleCall) -> str:
+            text = await self._complete(system, user, max_tokens, temperature, attempt_seed, call)
             if not text:
                 raise ValueError("empty reply")
             return text
 
-        return await self._retry(role, once)
+        return await self._retry(role, seed, once)
 
     async def complete_json(self, role: str, system: str, user: str, validate: Callable[[dict[str, Any]], T], *,
-                            max_tokens: int | None = None, temperature: float | None = None) -> tuple[T | None, RoleCall]:
+                            max_tokens: int | None = None, temperature: float | None = None,
+                            seed: int | None = None) -> tuple[T | None, RoleCall]:
         """A JSON object extracted per GYMS.md 0.6 and passed through `validate`."""
-        async def once() -> T:
-            return validate(extract_json_object(await self._complete(system, user, max_tokens, temperature)))
+        async def once(attempt_seed: int | None, call: RoleCall) -> T:
+            text = await self._complete(system, user, max_tokens, temperature, attempt_seed, call)
+            return validate(extract_json_object(text))
 
-        return await self._retry(role, once)
+        return await self._retry(role, seed, once)
 
 
 class HumanLMUserClient(ReplicaRoleClient):
@@ -124,9 +173,9 @@ class HumanLMUserClient(ReplicaRoleClient):
         return [i for ids, _ in self.chat.encode_prompt(messages) for i in ids]
 
     async def reply_text(self, field_name: str, persona: str, context: Sequence[Mapping[str, str]],
-                         seed: int | None = None) -> str:
+                         seed: int | None = None, call: RoleCall | None = None) -> str:
         """The simulator's raw text for one field: up to the field's token limit (at most `max_tokens`), cut
-        after the first closing tag as the user_reply rollout cuts it."""
+        after the first closing tag as the user_reply rollout cuts it (counted in `call` when given)."""
         from userrl.humanlm.fields import get_field
         from userrl.humanlm.format import STOP_STRINGS
         from userrl.rollout import cut_at_stop_strings
@@ -134,26 +183,27 @@ class HumanLMUserClient(ReplicaRoleClient):
         limit = min(get_field(field_name).max_tokens, self.max_tokens)
         request = GenerationRequest(self.prompt_ids(field_name, persona, context), limit, self.temperature,
                                     seed=seed, stop_token_ids=self.chat.stop_token_ids)
-        replica = self.replicas[self._next % len(self.replicas)]
-        self._next += 1
-        out = await asyncio.wait_for(replica.generate(request), self.timeout_s)
+        out = await self.generate(request, call if call is not None else RoleCall("user", 1, True, 0.0))
         out = cut_at_stop_strings(out, self.tokenizer, STOP_STRINGS)
         return self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
 
-    async def _field(self, field_name: str, persona: str, context: Sequence[Mapping[str, str]]) -> str:
+    async def _field(self, field_name: str, persona: str, context: Sequence[Mapping[str, str]],
+                     seed: int | None, call: RoleCall) -> str:
         from userrl.humanlm.format import parse_flexible
 
-        text = await self.reply_text(field_name, persona, context)
+        text = await self.reply_text(field_name, persona, context, seed, call)
         value = parse_flexible(text, field_name).values[field_name]
         if not value:
             raise ValueError(f"empty <{field_name}> reply")
         return value
 
     async def complete_user(self, role: str, persona: str, context: Sequence[Mapping[str, str]],
-                            fields: Sequence[str]) -> tuple[dict[str, str] | None, RoleCall]:
-        """Each field of the user's next message (asked together), e.g. ("stance", "response")."""
-        async def once() -> dict[str, str]:
-            values = await asyncio.gather(*(self._field(name, persona, context) for name in fields))
+                            fields: Sequence[str], seed: int | None = None) -> tuple[dict[str, str] | None, RoleCall]:
+        """Each field of the user's next message (asked together, field k with the attempt's seed + k), e.g.
+        ("stance", "response")."""
+        async def once(seed: int | None, call: RoleCall) -> dict[str, str]:
+            values = await asyncio.gather(*(self._field(name, persona, context, attempt_seed(seed, k + 1), call)
+                                            for k, name in enumerate(fields)))
             return dict(zip(fields, values, strict=True))
 
-        return await self._retry(role, once)
+        return await self._retry(role, seed, once)

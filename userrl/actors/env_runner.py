@@ -12,11 +12,12 @@ from typing import Any
 
 import ray
 
-from userrl.actors.policy_replica import ReplicaHandle
+from userrl.actors.policy_replica import REPLICA_WAIT_S, ReplicaHandle
 from userrl.actors.turn_timing import TurnTimings
 from userrl.chat import ChatFormat
 from userrl.engines.base import GenerationOutput, GenerationRequest
 from userrl.envs import MultiTurnEnv, Task, make_env
+from userrl.envs.llm import UserBackend
 from userrl.rollout import (
     EpisodePolicy,
     RolloutLimits,
@@ -26,6 +27,7 @@ from userrl.rollout import (
     run_episode,
 )
 from userrl.trajectory import Trajectory
+from userrl.user_session import UserSession, user_session
 
 log = logging.getLogger(__name__)
 
@@ -38,22 +40,30 @@ def accepts_llm(gym: str) -> bool:
 
 
 def make_user_client(backend: str, llm: dict[str, Any] | None, user_replicas: list[Any] | None,
-                     tokenizer_path: str | None, user_format: str = "plain") -> Any:
-    """The RoleClient behind the gyms' simulated users and judges (None for the scripted backend); for
-    backend local, `user_format` humanlm asks the user replicas in HumanLM's format (env.local_user_format)."""
-    if backend == "openai":
-        from userrl.envs.openai_client import make_role_client
+                     tokenizer_path: str | None, user_format: str = "plain", user_model: str | None = None,
+                     cache: bool = False) -> UserBackend | None:
+    """The client behind the gyms' simulated users and judges (None for the scripted backend); for backend
+    local, `user_format` humanlm asks the user replicas in HumanLM's format (env.local_user_format) and
+    `user_model` names their model (default: its folder). `cache`: keep the replies in an LRU of this
+    process (env.user_cache)."""
+    from userrl.envs.reply_cache import ReplyCache
 
-        return make_role_client(dict(llm or {}))
+    replies = ReplyCache() if cache else None
+    if backend == "openai":
+        from userrl.envs.openai_client import LLMConfig, OpenAIRoleClient
+
+        return OpenAIRoleClient(LLMConfig.from_spec(dict(llm or {})), replies)
     if backend == "local":
         from transformers import AutoTokenizer
 
+        from userrl.envs.llm import UserModel
         from userrl.users import HumanLMUserClient, ReplicaRoleClient
 
         if not user_replicas or tokenizer_path is None:
             raise ValueError("env.backend=local needs user replicas (started by the Algorithm)")
-        client = HumanLMUserClient if user_format == "humanlm" else ReplicaRoleClient
-        return client(user_replicas, AutoTokenizer.from_pretrained(tokenizer_path))
+        kind = HumanLMUserClient if user_format == "humanlm" else ReplicaRoleClient
+        return kind(user_replicas, AutoTokenizer.from_pretrained(tokenizer_path),
+                    user_model=UserModel(user_model or tokenizer_path), cache=replies)
     return None
 
 
@@ -68,8 +78,6 @@ class EpisodeSpec:
 
 #: Error of an episode whose policy replica stayed unreachable past REPLICA_WAIT_S (the group re-runs it).
 REPLICA_LOST = "replica_lost"
-#: How long a request waits for a dead replica to come back (Ray restarts it; the group gives it the weights).
-REPLICA_WAIT_S = 120.0
 
 
 class ReplicaLost(RuntimeError):
@@ -79,34 +87,43 @@ class ReplicaLost(RuntimeError):
 class EpisodePlayer:
     """Plays EpisodeSpecs concurrently through one EpisodePolicy and `run_episode`, in this process.
 
-    Builds each episode's gym with its configured kwargs and the user backend's role client; a gym that
-    cannot be built aborts only its own episode (counted, with the error).
+    Builds each episode's gym with its configured kwargs and, for a gym with model roles, a UserSession of
+    the user backend's client (seeded from the episode's seed and GRPO group; it records the user model and
+    the calls' cost on the trajectory); a gym that cannot be built aborts only its own episode (counted, with
+    the error).
     """
 
     def __init__(self, policy: EpisodePolicy, limits: RolloutLimits, env_kwargs: dict[str, dict[str, Any]] | None,
-                 max_concurrent_episodes: int, user_backend: str = "scripted", user_client: Any = None):
+                 max_concurrent_episodes: int, user_backend: str = "scripted",
+                 user_client: UserBackend | None = None):
         self.policy, self.limits = policy, limits
         self.env_kwargs = env_kwargs or {}
         self.max_concurrent = max_concurrent_episodes
         self.user_backend, self.user_client = user_backend, user_client
         self._gate: asyncio.Semaphore | None = None
 
-    def _make_env(self, spec: EpisodeSpec) -> MultiTurnEnv:
+    def _make_env(self, spec: EpisodeSpec, seed: int) -> tuple[MultiTurnEnv, UserSession | None]:
         kwargs = dict(self.env_kwargs.get(spec.task.gym, {}))
+        session = None
         if self.user_client is not None and accepts_llm(spec.task.gym):
-            kwargs.update(llm=self.user_client, backend=self.user_backend)
-        return make_env(spec.task.gym, spec.task, **kwargs)
+            session = user_session(self.user_client, seed, spec.group_id)
+            kwargs.update(llm=session, backend=self.user_backend)
+        env = make_env(spec.task.gym, spec.task, **kwargs)
+        if session is not None:  # the env counts the steps: step k (1, 2, ...) plays turn k - 1
+            session.turn = lambda: env.step_count - 1
+        return env, session
 
     async def play_one(self, spec: EpisodeSpec, seed: int, limits: RolloutLimits) -> Trajectory:
         """One episode; an env that cannot be built gives an aborted trajectory naming the error."""
         try:
-            env = self._make_env(spec)
+            env, session = self._make_env(spec, seed)
         except Exception as error:  # noqa: BLE001 - a gym that cannot be built costs its own episodes
             log.warning("cannot build gym %s for episode %s: %s", spec.task.gym, spec.uid, error)
             return abort_trajectory(new_trajectory(spec.task, spec.uid, spec.group_id),
                                     f"env_construction:{type(error).__name__}: {error}")
-        return await run_episode(env, spec.task, self.policy, limits, uid=spec.uid, group_id=spec.group_id,
+        traj = await run_episode(env, spec.task, self.policy, limits, uid=spec.uid, group_id=spec.group_id,
                                  seed=seed)
+        return session.record(traj) if session is not None else traj
 
     async def run(self, episodes: list[EpisodeSpec], seed: int = 0, temperature: float | None = None) -> list[Trajectory]:
         """Play all episodes concurrently (at most `max_concurrent_episodes` at once); trajectories in order."""
@@ -145,14 +162,15 @@ class EnvRunner(EpisodePlayer):
                  env_kwargs: dict[str, dict[str, Any]] | None = None, max_concurrent_episodes: int = 256,
                  user_backend: str = "scripted", llm: dict[str, Any] | None = None,
                  user_replicas: list[Any] | None = None, user_tokenizer_path: str | None = None,
-                 replica_wait_s: float = REPLICA_WAIT_S, user_format: str = "plain"):
+                 replica_wait_s: float = REPLICA_WAIT_S, user_format: str = "plain", user_model: str | None = None,
+                 user_cache: bool = False):
         from transformers import AutoTokenizer
 
         replicas, user_replicas = named_actors(replicas), named_actors(user_replicas or [])
         self.chat = ChatFormat(AutoTokenizer.from_pretrained(tokenizer_path), protocol)
         super().__init__(TokenPolicy(self.chat, self._generate), limits, env_kwargs, max_concurrent_episodes,
                          user_backend, make_user_client(user_backend, llm, user_replicas, user_tokenizer_path,
-                                                        user_format))
+                                                        user_format, user_model, user_cache))
         self.replicas = [ReplicaHandle(r) for r in replicas]
         self.outstanding = [0] * len(self.replicas)
         self.affinity: dict[str, int] = {}

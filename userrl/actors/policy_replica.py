@@ -14,6 +14,9 @@ from userrl.engines.base import GenerationChunk, GenerationOutput, GenerationReq
 
 #: The version a replica restarted by Ray reports until the current weights are loaded into it.
 AWAITING_WEIGHTS = -1
+#: How long a request waits for a dead replica to come back (Ray restarts it; the group gives a policy
+#: replica the weights): the env runners' policy requests and the user backend's requests alike.
+REPLICA_WAIT_S = 120.0
 
 
 def restarted_by_ray() -> bool:
