@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -17,6 +17,25 @@ _T = TypeVar("_T")
 def sample_test_ids(rnd: random.Random, ids: Sequence[_T], fraction: float, at_least: int = 0) -> set[_T]:
     """The test split of ids: round(fraction * len(ids)) of them (at least at_least), drawn with rnd."""
     return set(rnd.sample(ids, max(at_least, round(fraction * len(ids)))))
+
+
+def leveled_tasks(
+    prefix: str,
+    levels: Iterable[int],
+    seed: int,
+    make_level: Callable[[int, random.Random], list[dict[str, Any]]],
+    test_fraction: float,
+) -> list[dict[str, Any]]:
+    """A leveled task set: per level, items from make_level, ids <prefix>-<level>-<nnn> and a seeded test split."""
+    tasks: list[dict[str, Any]] = []
+    for level in levels:
+        # One generator per level, so changing one level's builder leaves the other levels unchanged.
+        rnd = random.Random(f"{seed}-level-{level}")
+        items = make_level(level, rnd)
+        test_ids = sample_test_ids(rnd, range(len(items)), test_fraction)
+        for i, item in enumerate(items):
+            tasks.append({"id": f"{prefix}-{level}-{i:03d}", **item, "split": "test" if i in test_ids else "train"})
+    return tasks
 
 
 def render_item_lines(
@@ -34,6 +53,35 @@ def render_item_lines(
         f'"generator": "python -m userrl.envs.{gym}.generate"{header_extra},\n "{key}": [\n'
     )
     return header + ",\n".join(f"  {line}" for line in lines) + "\n]}\n"
+
+
+def generator_parser(description: str, seed: int, outputs: Mapping[str, Path]) -> argparse.ArgumentParser:
+    """A generator's command line: an option per output file (its default path), --seed and --check."""
+    parser = argparse.ArgumentParser(description=description)
+    for option, default in outputs.items():
+        parser.add_argument(option, type=Path, default=default)
+    parser.add_argument("--seed", type=int, default=seed)
+    which = "the file" if len(outputs) == 1 else "a file"
+    parser.add_argument("--check", action="store_true", help=f"exit 1 if {which} differs from a fresh run")
+    return parser
+
+
+def leveled_main(
+    argv: Sequence[str] | None,
+    description: str,
+    default_path: Path,
+    seed: int,
+    generate: Callable[[int, Any], list[dict[str, Any]]],
+    render: Callable[[list[dict[str, Any]], int], str],
+    per_level: int | None,
+    per_level_help: str,
+) -> int:
+    """Write (or, with --check, compare against) a leveled gym's tasks file: render(generate(seed, per_level))."""
+    parser = generator_parser(description, seed, {"--output": default_path})
+    parser.add_argument("--per-level", type=int, default=per_level, help=per_level_help)
+    args = parser.parse_args(argv)
+    text = render(generate(args.seed, args.per_level), args.seed)
+    return write_or_check({args.output: text}, args.check)
 
 
 def write_or_check(outputs: Mapping[Path, str], check: bool) -> int:

@@ -6,7 +6,9 @@ import copy
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from userrl.envs.base import MultiTurnEnv
+from gymnasium import spaces
+
+from userrl.envs.base import BOOL_SPACE, MAX_FEEDBACK_CHARS, MultiTurnEnv, ScalarBox, text_space
 
 ORACLE_FALLBACK = "I could not process that question. Please ask another yes/no question."
 EPISODE_FINISHED = "Episode finished."
@@ -45,12 +47,15 @@ class OracleEnv(MultiTurnEnv):
     It owns the episode skeleton both share: `action` asks the oracle, `answer` is judged and scored,
     `[finish]` ends the episode, anything else gets `invalid_action`; the reward pays the gain of an
     answer over the best score so far. Subclasses set `role_names` (with "oracle"), `oracle_role`,
-    `oracle_system_prompt`, `welcome` and `invalid_action`, call `_configure_oracle` from `_configure`, and
+    `oracle_system_prompt`, `welcome`, `invalid_action` and `task_fields`, call `_configure_oracle` from `_configure`, and
     implement `_judge_answer`, `_scripted_answer`, `_oracle_user_message`, `_task_observation` and
     `_task_info` (plus `_reset_task_state` for their own episode records).
     """
 
     uses_role_client: ClassVar[bool] = True
+    allowed_choices: ClassVar[tuple[str, ...]] = ("action", "answer")
+    # r_final = clip(r * reward_scale - step_penalty * step_count, 0, 1) (sections 6 and 8).
+    normalize_rewards_default: ClassVar[bool] = True
     role_names: ClassVar[tuple[str, ...]] = ("oracle",)
     oracle_role: ClassVar[str] = ""
     oracle_system_prompt: ClassVar[str] = ""
@@ -58,6 +63,17 @@ class OracleEnv(MultiTurnEnv):
     welcome: ClassVar[str] = ""
     #: The reply to an action without a choice the gym handles.
     invalid_action: ClassVar[str] = ""
+    #: The text observation fields that describe the task (`_task_observation`'s keys), in order.
+    task_fields: ClassVar[tuple[str, ...]] = ()
+
+    def _observation_fields(self) -> dict[str, spaces.Space]:
+        return {
+            **{name: text_space(MAX_FEEDBACK_CHARS) for name in self.task_fields},
+            "step_count": self.count_space(),
+            "episode_complete": BOOL_SPACE,
+            "current_score": ScalarBox(),
+            "best_score": ScalarBox(),
+        }
 
     def _configure_oracle(self, oracle_history_turns: int) -> None:
         """Check and keep how many past exchanges the model oracle sees."""

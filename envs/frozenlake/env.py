@@ -26,35 +26,24 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
-from gymnasium import spaces
 from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv as GymnasiumFrozenLake
 
-from userrl.envs.base import BOOL_SPACE, MAX_FEEDBACK_CHARS, MultiTurnEnv, Task, text_space
-from userrl.envs.frozenlake.board import MAX_MOVES_PER_TURN, MOVES, parse_moves, render_board, step_cell
+from userrl.envs.frozenlake.board import MOVES, render_board, step_cell
 from userrl.envs.frozenlake.tasks import check_map
+from userrl.envs.grid import GridGameEnv
 
-INVALID_ACTION = (
-    "Invalid action. Allowed choice: action, with one to three moves (up, down, left, right), "
-    "for example: right, down."
-)
-INVALID_MOVES = (
-    f"Invalid moves. Give 1 to {MAX_MOVES_PER_TURN} moves, each up, down, left or right, separated "
-    "by commas, for example: right, down."
-)
 GAVE_UP = "Episode finished. You did not reach the goal."
 FELL = "You fell into a hole."
 REACHED = "You reached the goal!"
-DROPPED = "The remaining moves were not made."
 #: The reset text; like every reset text it is never shown to the agent (0.3). The board follows it.
 WELCOME = "FrozenLakeGym: the lake is ready."
 
 
-class FrozenLakeEnv(MultiTurnEnv):
+class FrozenLakeEnv(GridGameEnv):
     """The FrozenLake gym: reach the goal across a lake with holes, a few moves per step."""
 
     gym_name: ClassVar[str] = "frozenlake"
-    allowed_choices: ClassVar[tuple[str, ...]] = ("action",)
-    normalize_rewards_default: ClassVar[bool] = False
+    gave_up: ClassVar[str] = GAVE_UP
 
     def _configure(
         self, *, slippery: bool = False, slip_success_rate: float = 1.0 / 3.0, success_reward: float = 1.0
@@ -70,21 +59,9 @@ class FrozenLakeEnv(MultiTurnEnv):
         self.slip_success_rate = float(slip_success_rate)
         self.success_reward = float(success_reward)
 
-    def _observation_fields(self) -> dict[str, spaces.Space]:
-        return {
-            "board": text_space(MAX_FEEDBACK_CHARS),
-            "step_count": self.count_space(),
-            "episode_complete": BOOL_SPACE,
-            "success": BOOL_SPACE,
-        }
-
-    def _load_task(self, task: Task) -> None:
-        data = task.data
-        if not isinstance(data, dict):
-            raise ValueError(f"frozenlake task {task.item_key!r}: data must be an object with a 'map'")
-        self._desc = check_map(data.get("map"), f"frozenlake task {task.item_key!r}")
+    def _load_map(self, raw: Any, where: str) -> None:
+        self._desc = check_map(raw, where)
         self._size = (len(self._desc), len(self._desc[0]))
-        self._map_id = str(data.get("id", task.item_key))
         self._lake = GymnasiumFrozenLake(
             desc=self._desc, is_slippery=self.slippery, success_rate=self.slip_success_rate
         )
@@ -100,7 +77,7 @@ class FrozenLakeEnv(MultiTurnEnv):
     def _extra(self) -> tuple[dict[str, Any], dict[str, Any]]:
         obs = {"board": self._board(), "success": self.success}
         info = {
-            "map_id": self._map_id,
+            "map_id": self._task_id,
             "player": list(self._cell()),
             "moves_made": self.moves_made,
             "success": self.success,
@@ -118,50 +95,22 @@ class FrozenLakeEnv(MultiTurnEnv):
         obs, info = self._extra()
         return f"{WELCOME}\n{self._board()}", obs, info
 
-    async def _astep_impl(
-        self, choice: str, content: str
-    ) -> tuple[str, float, bool, dict[str, Any], dict[str, Any]]:
-        base, terminated = 0.0, False
-        if choice == "action":
-            moves = parse_moves(content)
-            if moves is None:
-                feedback = INVALID_MOVES
-            else:
-                events = self._play(moves)
-                terminated = self.success or self.fell
-                base = self.success_reward if self.success else 0.0
-                feedback = " ".join(events) + "\n" + self._board()
-        elif choice == "finish":
-            feedback, terminated = GAVE_UP, True
+    def _move(self, move: str) -> tuple[list[str], float, bool]:
+        """One move through gymnasium's step: a sentence for it, and one more when it ends the episode."""
+        before = self._cell()
+        intended = step_cell(before, move, self._size)
+        state, _, done, _, _ = self._lake.step(MOVES.index(move))
+        after = divmod(int(state), self._size[1])
+        if after == intended:
+            events = [f"You moved {move}." if after != before else
+                      f"You tried to move {move}, but the edge of the lake stopped you."]
+        elif after == before:
+            events = [f"You tried to move {move}, but slipped against the edge and stayed in place."]
         else:
-            feedback = INVALID_ACTION
-        reward = self.shaped_reward(base, self.step_penalty)
-        obs, info = self._extra()
-        return feedback, reward, terminated, obs, info
-
-    def _play(self, moves: list[str]) -> list[str]:
-        """Make the moves in order (gymnasium's step per move); one sentence per move and per outcome."""
-        events = []
-        for i, move in enumerate(moves):
-            before = self._cell()
-            intended = step_cell(before, move, self._size)
-            state, _, done, _, _ = self._lake.step(MOVES.index(move))
-            self.moves_made += 1
-            after = divmod(int(state), self._size[1])
-            if after == intended:
-                events.append(f"You moved {move}." if after != before else
-                              f"You tried to move {move}, but the edge of the lake stopped you.")
-            elif after == before:
-                events.append(f"You tried to move {move}, but slipped against the edge and stayed in place.")
-            else:
-                went = next(m for m in MOVES if step_cell(before, m, self._size) == after)
-                events.append(f"You tried to move {move}, but slipped and moved {went}.")
+            went = next(m for m in MOVES if step_cell(before, m, self._size) == after)
+            events = [f"You tried to move {move}, but slipped and moved {went}."]
+        if done:
             letter = self._desc[after[0]][after[1]]
-            if done:
-                self.fell, self.success = letter == "H", letter == "G"
-                events.append(REACHED if self.success else FELL)
-                if i < len(moves) - 1:
-                    events.append(DROPPED)
-                break
-        return events
-
+            self.fell, self.success = letter == "H", letter == "G"
+            events.append(REACHED if self.success else FELL)
+        return events, 0.0, bool(done)

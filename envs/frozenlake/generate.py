@@ -11,15 +11,13 @@ appears in train.
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
-from pathlib import Path
 from typing import Any
 
 from userrl.envs.frozenlake.board import goal_distances
 from userrl.envs.frozenlake.tasks import BUILTIN_TASKS_PATH, LEVEL_SIZES
-from userrl.envs.generate_cli import render_item_lines, sample_test_ids, write_or_check
+from userrl.envs.generate_cli import leveled_main, leveled_tasks, render_item_lines
 
 GENERATOR_SEED = 20250720
 PER_LEVEL = 135
@@ -61,15 +59,10 @@ def generate_level(level: int, count: int, rnd: random.Random, seen: set[tuple[s
 
 def generate_tasks(seed: int = GENERATOR_SEED, per_level: int = PER_LEVEL) -> list[dict[str, Any]]:
     """The whole builtin set: per level, ids fl-<level>-<nnn> and a deterministic 80/20 split."""
-    tasks: list[dict[str, Any]] = []
     seen: set[tuple[str, ...]] = set()
-    for level in LEVEL_SIZES:
-        rnd = random.Random(f"{seed}-level-{level}")
-        items = generate_level(level, per_level, rnd, seen)
-        test_ids = sample_test_ids(rnd, range(len(items)), TEST_FRACTION)
-        for i, item in enumerate(items):
-            tasks.append({"id": f"fl-{level}-{i:03d}", **item, "split": "test" if i in test_ids else "train"})
-    return tasks
+    return leveled_tasks(
+        "fl", LEVEL_SIZES, seed, lambda level, rnd: generate_level(level, per_level, rnd, seen), TEST_FRACTION
+    )
 
 
 def render(tasks: list[dict[str, Any]], seed: int) -> str:
@@ -79,13 +72,10 @@ def render(tasks: list[dict[str, Any]], seed: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Write (or, with --check, compare against) the builtin maps file."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output", type=Path, default=BUILTIN_TASKS_PATH)
-    parser.add_argument("--seed", type=int, default=GENERATOR_SEED)
-    parser.add_argument("--per-level", type=int, default=PER_LEVEL, help="maps per level")
-    parser.add_argument("--check", action="store_true", help="exit 1 if the file differs from a fresh run")
-    args = parser.parse_args(argv)
-    return write_or_check({args.output: render(generate_tasks(args.seed, args.per_level), args.seed)}, args.check)
+    return leveled_main(
+        argv, __doc__.splitlines()[0], BUILTIN_TASKS_PATH, GENERATOR_SEED, generate_tasks, render,
+        PER_LEVEL, "maps per level",
+    )
 
 
 if __name__ == "__main__":

@@ -8,17 +8,15 @@ a change in success rate; levels 3 and 4 hold 130.
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from userrl.envs.function.safe_eval import VARIABLES, EvaluationError, Formula
 from userrl.envs.function.solver import PROBE_POOL
 from userrl.envs.function.tasks import BUILTIN_TASKS_PATH
-from userrl.envs.generate_cli import render_item_lines, sample_test_ids, write_or_check
+from userrl.envs.generate_cli import leveled_main, leveled_tasks, render_item_lines
 
 GENERATOR_SEED = 20250611
 PER_LEVEL = {0: 400, 1: 400, 2: 400, 3: 130, 4: 130}
@@ -168,15 +166,9 @@ def generate_level(level: int, count: int, rnd: random.Random) -> list[dict[str,
 
 def generate_tasks(seed: int = GENERATOR_SEED, per_level: int | None = None) -> list[dict[str, Any]]:
     """The whole builtin task set: per level, ids fn-<level>-<nnn> and a deterministic 80/20 split."""
-    tasks: list[dict[str, Any]] = []
-    for level in LEVELS:
-        # One generator per level, so changing one level's builder leaves the other levels unchanged.
-        rnd = random.Random(f"{seed}-level-{level}")
-        items = generate_level(level, per_level or PER_LEVEL[level], rnd)
-        test_ids = sample_test_ids(rnd, range(len(items)), TEST_FRACTION)
-        for i, item in enumerate(items):
-            tasks.append({"id": f"fn-{level}-{i:03d}", **item, "split": "test" if i in test_ids else "train"})
-    return tasks
+    return leveled_tasks(
+        "fn", LEVELS, seed, lambda level, rnd: generate_level(level, per_level or PER_LEVEL[level], rnd), TEST_FRACTION
+    )
 
 
 def render(tasks: list[dict[str, Any]], seed: int) -> str:
@@ -186,14 +178,9 @@ def render(tasks: list[dict[str, Any]], seed: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Write (or, with --check, compare against) the builtin tasks file."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--output", type=Path, default=BUILTIN_TASKS_PATH)
-    parser.add_argument("--seed", type=int, default=GENERATOR_SEED)
-    parser.add_argument("--per-level", type=int, default=None, help="tasks per level (default: PER_LEVEL)")
-    parser.add_argument("--check", action="store_true", help="exit 1 if the file differs from a fresh run")
-    args = parser.parse_args(argv)
-    return write_or_check(
-        {args.output: render(generate_tasks(args.seed, args.per_level), args.seed)}, args.check
+    return leveled_main(
+        argv, __doc__.splitlines()[0], BUILTIN_TASKS_PATH, GENERATOR_SEED, generate_tasks, render,
+        None, "tasks per level (default: PER_LEVEL)",
     )
 
 

@@ -9,17 +9,15 @@ and every hop's document is among the top results of the BM25 index for at least
 
 from __future__ import annotations
 
-import argparse
 import random
 import re
 import sys
 from collections import defaultdict
 from collections.abc import Callable
 from functools import cache
-from pathlib import Path
 from typing import Any
 
-from userrl.envs.generate_cli import render_item_lines, sample_test_ids, write_or_check
+from userrl.envs.generate_cli import generator_parser, render_item_lines, sample_test_ids, write_or_check
 from userrl.envs.search.backends import MAX_SEARCH_RESULTS
 from userrl.envs.search.corpus import BUILTIN_CORPUS_PATH, CorpusIndex, Document
 from userrl.envs.search.documents import render_documents
@@ -149,12 +147,8 @@ def render_questions(records: list[dict[str, Any]], seed: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Write (or, with --check, compare against) the builtin corpus and questions files."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", type=Path, default=BUILTIN_CORPUS_PATH)
-    parser.add_argument("--questions", type=Path, default=BUILTIN_QUESTIONS_PATH)
-    parser.add_argument("--seed", type=int, default=GENERATOR_SEED)
-    parser.add_argument("--check", action="store_true", help="exit 1 if a file differs from a fresh run")
-    args = parser.parse_args(argv)
+    files = {"--corpus": BUILTIN_CORPUS_PATH, "--questions": BUILTIN_QUESTIONS_PATH}
+    args = generator_parser(__doc__.splitlines()[0], GENERATOR_SEED, files).parse_args(argv)
     documents, records = generate(args.seed)
     outputs = {args.corpus: render_corpus(documents), args.questions: render_questions(records, args.seed)}
     return write_or_check(outputs, args.check)

@@ -7,12 +7,11 @@ the database must end in a state other than the fresh one.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
+from userrl.envs.generate_cli import generator_parser, render_item_lines, write_or_check
 from userrl.envs.tau.database import BUILTIN_RETAIL_DB, DomainData, EpisodeDB
 from userrl.envs.tau.generate_db import generate_database
 from userrl.envs.tau.generate_tasks import generate_task_records
@@ -59,34 +58,16 @@ def render_database(db: dict[str, dict[str, Any]]) -> str:
 
 def render_tasks(records: list[dict[str, Any]], seed: int) -> str:
     """tasks.json: a small header, then one task per line."""
-    lines = [json.dumps(r, separators=(", ", ": ")) for r in records]
-    header = (
-        f'{{"format": "userrl-tau-tasks", "version": 1, "seed": {seed}, '
-        f'"generator": "python -m userrl.envs.tau.generate", "database": "retail_db.json",\n "tasks": [\n'
-    )
-    return header + ",\n".join(f"  {line}" for line in lines) + "\n]}\n"
+    return render_item_lines("tau", "tasks", seed, records, header_extra=', "database": "retail_db.json"')
 
 
 def main(argv: list[str] | None = None) -> int:
     """Write (or, with --check, compare against) the builtin database and tasks files."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db-output", type=Path, default=BUILTIN_RETAIL_DB)
-    parser.add_argument("--tasks-output", type=Path, default=BUILTIN_TASKS_PATH)
-    parser.add_argument("--seed", type=int, default=GENERATOR_SEED)
-    parser.add_argument("--check", action="store_true", help="exit 1 if a file differs from a fresh run")
-    args = parser.parse_args(argv)
+    outputs = {"--db-output": BUILTIN_RETAIL_DB, "--tasks-output": BUILTIN_TASKS_PATH}
+    args = generator_parser(__doc__.splitlines()[0], GENERATOR_SEED, outputs).parse_args(argv)
     db, records = generate(args.seed)
-    outputs = {args.db_output: render_database(db), args.tasks_output: render_tasks(records, args.seed)}
-    if args.check:
-        stale = [p for p, text in outputs.items() if not p.is_file() or p.read_text(encoding="utf-8") != text]
-        for path in outputs:
-            print(f"{path}: {'differs from a fresh run' if path in stale else 'up to date'}")
-        return 1 if stale else 0
-    for path, text in outputs.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        print(f"wrote {path} ({len(text)} bytes)")
-    return 0
+    texts = {args.db_output: render_database(db), args.tasks_output: render_tasks(records, args.seed)}
+    return write_or_check(texts, args.check)
 
 
 if __name__ == "__main__":

@@ -87,6 +87,11 @@ def options_text(options: dict[str, str]) -> str:
     return ", ".join(f"{k} {v}" for k, v in options.items())
 
 
+def address_kwargs(a: dict[str, str]) -> dict[str, str]:
+    """The address arguments of the address-changing tools, in their parameter order."""
+    return {k: a[k] for k in ("address1", "address2", "city", "state", "country", "zip")}
+
+
 def address_text(a: dict[str, str]) -> str:
     """An address on one line, without sentence breaks."""
     line = a["address1"] + (f", {a['address2']}" if a["address2"] else "")
@@ -208,7 +213,7 @@ class TaskFactory:
         ]
         kwargs = {
             "order_id": oid,
-            **{k: new[k] for k in ("address1", "address2", "city", "state", "country", "zip")},
+            **address_kwargs(new),
         }
         actions = [
             {"name": "get_order_details", "kwargs": {"order_id": oid}},
@@ -228,7 +233,7 @@ class TaskFactory:
         ]
         kwargs = {
             "user_id": user_id,
-            **{k: new[k] for k in ("address1", "address2", "city", "state", "country", "zip")},
+            **address_kwargs(new),
         }
         actions = [
             {"name": "get_user_details", "kwargs": {"user_id": user_id}},
@@ -382,7 +387,7 @@ class TaskFactory:
             ]
             kwargs = {
                 "order_id": move_id,
-                **{k: new[k] for k in ("address1", "address2", "city", "state", "country", "zip")},
+                **address_kwargs(new),
             }
             actions = [
                 {"name": "get_user_details", "kwargs": {"user_id": user_id}},

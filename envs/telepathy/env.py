@@ -6,9 +6,7 @@ import copy
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from gymnasium import spaces
-
-from userrl.envs.base import BOOL_SPACE, MAX_FEEDBACK_CHARS, ScalarBox, Task, text_space
+from userrl.envs.base import Task
 from userrl.envs.oracle import OracleEnv
 from userrl.envs.telepathy import roles
 
@@ -31,24 +29,11 @@ class TelepathyEnv(OracleEnv):
     oracle_system_prompt: ClassVar[str] = roles.ORACLE_SYSTEM_PROMPT
     welcome: ClassVar[str] = WELCOME
     invalid_action: ClassVar[str] = INVALID_ACTION
-    allowed_choices: ClassVar[tuple[str, ...]] = ("action", "answer")
-    # r_final = clip(r * reward_scale - step_penalty * step_count, 0, 1) (section 6).
-    normalize_rewards_default: ClassVar[bool] = True
+    task_fields: ClassVar[tuple[str, ...]] = ("entity_title", "description", "goal")
 
     def _configure(self, *, oracle_history_turns: int = 0) -> None:
         """Gym keyword: how many past exchanges the model oracle sees."""
         self._configure_oracle(oracle_history_turns)
-
-    def _observation_fields(self) -> dict[str, spaces.Space]:
-        return {
-            "entity_title": text_space(MAX_FEEDBACK_CHARS),
-            "description": text_space(MAX_FEEDBACK_CHARS),
-            "goal": text_space(MAX_FEEDBACK_CHARS),
-            "step_count": self.count_space(),
-            "episode_complete": BOOL_SPACE,
-            "current_score": ScalarBox(),
-            "best_score": ScalarBox(),
-        }
 
     def _load_task(self, task: Task) -> None:
         data = task.data

@@ -6,14 +6,13 @@ the gym uses (description, goal, target_entity) and a seeded, per-category train
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from userrl.envs.generate_cli import render_item_lines, sample_test_ids, write_or_check
+from userrl.envs.generate_cli import generator_parser, render_item_lines, sample_test_ids, write_or_check
 from userrl.envs.loading import read_json_list
 from userrl.envs.telepathy import facts
 from userrl.envs.telepathy.tasks import BUILTIN_ENTITIES_PATH
@@ -82,11 +81,8 @@ def render(entities: list[dict[str, Any]], seed: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Write (or, with --check, compare against) the builtin entities file."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = generator_parser(__doc__.splitlines()[0], GENERATOR_SEED, {"--output": BUILTIN_ENTITIES_PATH})
     parser.add_argument("--facts", type=Path, default=FACTS_PATH)
-    parser.add_argument("--output", type=Path, default=BUILTIN_ENTITIES_PATH)
-    parser.add_argument("--seed", type=int, default=GENERATOR_SEED)
-    parser.add_argument("--check", action="store_true", help="exit 1 if the file differs from a fresh run")
     args = parser.parse_args(argv)
     return write_or_check(
         {args.output: render(generate_entities(args.seed, args.facts), args.seed)}, args.check

@@ -7,9 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from gymnasium import spaces
-
-from userrl.envs.base import BOOL_SPACE, MAX_FEEDBACK_CHARS, ScalarBox, Task, text_space
+from userrl.envs.base import Task
 from userrl.envs.oracle import OracleEnv
 from userrl.envs.text import content_words
 from userrl.envs.turtle import roles
@@ -39,9 +37,7 @@ class TurtleEnv(OracleEnv):
     oracle_system_prompt: ClassVar[str] = roles.ORACLE_SYSTEM_PROMPT
     welcome: ClassVar[str] = WELCOME
     invalid_action: ClassVar[str] = INVALID_ACTION
-    allowed_choices: ClassVar[tuple[str, ...]] = ("action", "answer")
-    # r_final = clip(r * reward_scale - step_penalty * step_count, 0, 1) (section 8).
-    normalize_rewards_default: ClassVar[bool] = True
+    task_fields: ClassVar[tuple[str, ...]] = ("story_title", "story_text", "goal")
 
     def _configure(
         self,
@@ -56,17 +52,6 @@ class TurtleEnv(OracleEnv):
         self._configure_oracle(oracle_history_turns)
         self.success_threshold = float(success_threshold)
         self.reveal_covered_statements = bool(reveal_covered_statements)
-
-    def _observation_fields(self) -> dict[str, spaces.Space]:
-        return {
-            "story_title": text_space(MAX_FEEDBACK_CHARS),
-            "story_text": text_space(MAX_FEEDBACK_CHARS),
-            "goal": text_space(MAX_FEEDBACK_CHARS),
-            "step_count": self.count_space(),
-            "episode_complete": BOOL_SPACE,
-            "current_score": ScalarBox(),
-            "best_score": ScalarBox(),
-        }
 
     def _load_task(self, task: Task) -> None:
         data = task.data

@@ -35,8 +35,10 @@ def needs_shared_file(path: Path) -> pytest.MarkDecorator:
 
 
 def invalid_action_feedback(env_cls: type) -> str:
-    """A gym's reply to an action without a choice it handles (its env module's INVALID_ACTION)."""
-    return importlib.import_module(env_cls.__module__).INVALID_ACTION
+    """A gym's reply to an action without a choice it handles (the INVALID_ACTION of its env module, or of
+    the module of the nearest base class that has one, such as the grid games' `userrl.envs.grid`)."""
+    modules = (importlib.import_module(cls.__module__) for cls in env_cls.__mro__)
+    return next(m.INVALID_ACTION for m in modules if hasattr(m, "INVALID_ACTION"))
 
 
 def step(env: Any, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:

@@ -15,11 +15,8 @@ from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv as GymnasiumFrozen
 from userrl.envs import Task, load_tasks, make_env, make_solver, solve_episode
 from userrl.envs.frozenlake.board import parse_board, parse_moves, render_board
 from userrl.envs.frozenlake.env import (
-    DROPPED,
     FELL,
     GAVE_UP,
-    INVALID_ACTION,
-    INVALID_MOVES,
     REACHED,
     FrozenLakeEnv,
 )
@@ -31,6 +28,7 @@ from userrl.envs.frozenlake.tasks import (
     builtin_prompt,
     load_frozenlake_tasks,
 )
+from userrl.envs.grid import DROPPED, INVALID_ACTION, INVALID_MOVES
 from userrl.envs.solving import play_episode
 
 #: A 4x4 lake: start top-left, holes at (1,1), (1,3), (2,3), (3,0), goal bottom-right (gymnasium's 4x4).

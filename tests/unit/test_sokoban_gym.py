@@ -16,12 +16,10 @@ import pytest
 
 from userrl.envs import Task, load_tasks, make_env, make_solver, solve_episode
 from userrl.envs.base import ENDED_FEEDBACK
+from userrl.envs.grid import DROPPED, INVALID_ACTION, INVALID_MOVES
 from userrl.envs.sokoban.board import parse_board, parse_moves, read_rows
 from userrl.envs.sokoban.env import (
-    DROPPED,
     GAVE_UP,
-    INVALID_ACTION,
-    INVALID_MOVES,
     OFF_TARGET,
     ON_TARGET,
     SOLVED,

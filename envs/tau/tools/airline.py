@@ -8,7 +8,7 @@ from typing import Any
 
 from userrl.envs.tau.database import EpisodeDB
 from userrl.envs.tau.tools.base import Param, Tool, dumps
-from userrl.envs.tau.tools.shared import shared_tools
+from userrl.envs.tau.tools.shared import get_user_details, record_json, shared_tools
 
 #: Fixed answer of list_all_airports, in upstream's order.
 AIRPORTS: dict[str, str] = {
@@ -44,18 +44,9 @@ PRICE_PER_NONFREE_BAG = 50
 # ---------------------------------------------------------------------- read-only tools
 
 
-def get_user_details(db: EpisodeDB, user_id: str) -> str:
-    """The user record as JSON."""
-    if db.contains("users", user_id):
-        return dumps(db.get("users", user_id))
-    return "Error: user not found"
-
-
 def get_reservation_details(db: EpisodeDB, reservation_id: str) -> str:
     """The reservation record as JSON (a missing one says 'user not found': an upstream quirk, kept)."""
-    if db.contains("reservations", reservation_id):
-        return dumps(db.get("reservations", reservation_id))
-    return "Error: user not found"
+    return record_json(db, "reservations", reservation_id, "user")
 
 
 def list_all_airports(db: EpisodeDB) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 from userrl.envs.tau.database import EpisodeDB
 from userrl.envs.tau.tools.base import Param, Tool, dumps
-from userrl.envs.tau.tools.shared import shared_tools
+from userrl.envs.tau.tools.shared import get_user_details, record_json, shared_tools
 
 CANCEL_REASONS = ("no longer needed", "ordered by mistake")
 
@@ -78,25 +78,14 @@ def find_user_id_by_name_zip(db: EpisodeDB, first_name: str, last_name: str, zip
     return "Error: user not found"
 
 
-def get_user_details(db: EpisodeDB, user_id: str) -> str:
-    """The user record as JSON."""
-    if db.contains("users", user_id):
-        return dumps(db.get("users", user_id))
-    return "Error: user not found"
-
-
 def get_order_details(db: EpisodeDB, order_id: str) -> str:
     """The order record as JSON."""
-    if db.contains("orders", order_id):
-        return dumps(db.get("orders", order_id))
-    return "Error: order not found"
+    return record_json(db, "orders", order_id, "order")
 
 
 def get_product_details(db: EpisodeDB, product_id: str) -> str:
     """The product record (with all its variants) as JSON."""
-    if db.contains("products", product_id):
-        return dumps(db.get("products", product_id))
-    return "Error: product not found"
+    return record_json(db, "products", product_id, "product")
 
 
 def list_all_product_types(db: EpisodeDB) -> str:
@@ -128,6 +117,22 @@ def _price_difference(
             return f"Error: new item {new_item_id} not found or available"
         diff += variants[new_item_id]["price"] - item["price"]
     return diff
+
+
+def _payment_error(methods: dict[str, Any], payment_method_id: str, amount: Any, what: str) -> str | None:
+    """The item-swap tools' payment checks: the method is the user's, and a gift card covers the amount."""
+    if payment_method_id not in methods:
+        return "Error: payment method not found"
+    if methods[payment_method_id]["source"] == "gift_card" and methods[payment_method_id]["balance"] < amount:
+        return f"Error: insufficient gift card balance to pay for {what}"
+    return None
+
+
+def _credit_gift_card(db: EpisodeDB, user_id: str, payment_method_id: str, amount: Any) -> None:
+    """Add amount (negative: a charge) to a gift card's balance, rounded to cents as τ-bench does."""
+    method = db.mutable("users", user_id)["payment_methods"][payment_method_id]
+    method["balance"] += amount
+    method["balance"] = round(method["balance"], 2)
 
 
 def _item_swap(
@@ -169,9 +174,7 @@ def cancel_pending_order(db: EpisodeDB, order_id: str, reason: str) -> str:
             {"transaction_type": "refund", "amount": payment["amount"], "payment_method_id": payment_id}
         )
         if "gift_card" in payment_id:  # test by id: gift cards are refunded immediately
-            method = db.mutable("users", order["user_id"])["payment_methods"][payment_id]
-            method["balance"] += payment["amount"]
-            method["balance"] = round(method["balance"], 2)
+            _credit_gift_card(db, order["user_id"], payment_id, payment["amount"])
     order["status"] = "cancelled"
     order["cancel_reason"] = reason
     order["payment_history"].extend(refunds)
@@ -211,10 +214,9 @@ def modify_pending_order_items(
         return checked
     order, diff = checked
     methods = db.get("users", order["user_id"])["payment_methods"]
-    if payment_method_id not in methods:
-        return "Error: payment method not found"
-    if methods[payment_method_id]["source"] == "gift_card" and methods[payment_method_id]["balance"] < diff:
-        return "Error: insufficient gift card balance to pay for the new item"
+    error = _payment_error(methods, payment_method_id, diff, "the new item")
+    if error:
+        return error
 
     order = db.mutable("orders", order_id)
     order["payment_history"].append(
@@ -225,9 +227,7 @@ def modify_pending_order_items(
         }
     )
     if methods[payment_method_id]["source"] == "gift_card":
-        method = db.mutable("users", order["user_id"])["payment_methods"][payment_method_id]
-        method["balance"] -= diff
-        method["balance"] = round(method["balance"], 2)
+        _credit_gift_card(db, order["user_id"], payment_method_id, -diff)
     for item_id, new_item_id in zip(item_ids, new_item_ids, strict=False):
         # First match against the items as already changed, so duplicate ids hit successive items.
         item = [item for item in order["items"] if item["item_id"] == item_id][0]
@@ -268,13 +268,9 @@ def modify_pending_order_payment(db: EpisodeDB, order_id: str, payment_method_id
         ]
     )
     if methods[payment_method_id]["source"] == "gift_card":
-        method = db.mutable("users", order["user_id"])["payment_methods"][payment_method_id]
-        method["balance"] -= amount
-        method["balance"] = round(method["balance"], 2)
+        _credit_gift_card(db, order["user_id"], payment_method_id, -amount)
     if "gift_card" in old_id:  # test by id
-        old = db.mutable("users", order["user_id"])["payment_methods"][old_id]
-        old["balance"] += amount
-        old["balance"] = round(old["balance"], 2)
+        _credit_gift_card(db, order["user_id"], old_id, amount)
     return dumps(order)
 
 
@@ -315,10 +311,9 @@ def exchange_delivered_order_items(
     order, diff = checked
     diff = round(diff, 2)
     methods = db.get("users", order["user_id"])["payment_methods"]
-    if payment_method_id not in methods:
-        return "Error: payment method not found"
-    if methods[payment_method_id]["source"] == "gift_card" and methods[payment_method_id]["balance"] < diff:
-        return "Error: insufficient gift card balance to pay for the price difference"
+    error = _payment_error(methods, payment_method_id, diff, "the price difference")
+    if error:
+        return error
     order = db.mutable("orders", order_id)
     order["status"] = "exchange requested"
     order["exchange_items"] = sorted(item_ids)

@@ -1,12 +1,25 @@
-"""Tools present in both domains: calculate, think, transfer_to_human_agents (TAU_TOOLS.md section 2)."""
+"""Tools present in both domains: calculate, think, transfer_to_human_agents (TAU_TOOLS.md section 2), and
+get_user_details with the record lookup the domains' read-only tools share."""
 
 from __future__ import annotations
 
 from userrl.envs.tau.database import EpisodeDB
-from userrl.envs.tau.tools.base import Param, Tool
+from userrl.envs.tau.tools.base import Param, Tool, dumps
 from userrl.envs.tau.tools.calculator import calculate_expression
 
 TRANSFER_RESULT = "Transfer successful"
+
+
+def record_json(db: EpisodeDB, table: str, key: str, missing: str) -> str:
+    """The record `key` of `table` as JSON, or "Error: <missing> not found" without one."""
+    if db.contains(table, key):
+        return dumps(db.get(table, key))
+    return f"Error: {missing} not found"
+
+
+def get_user_details(db: EpisodeDB, user_id: str) -> str:
+    """The user record as JSON."""
+    return record_json(db, "users", user_id, "user")
 
 
 def calculate(db: EpisodeDB, expression: str) -> str:
