@@ -1,4 +1,4 @@
-"""Tools present in both domains: calculate, think, transfer_to_human_agents (TAU_TOOLS.md section 2)."""
+"""Tools present in both domains: calculate, think, transfer_to_human_agents (docs/spec/TAU_TOOLS.md §2)."""
 
 from __future__ import annotations
 
