@@ -113,7 +113,7 @@ def token_credits(
     if outside.any():
         row = int(outside.any(dim=1).nonzero()[0])
         raise ValueError(f"row {row} has sampled tokens outside its {len(credits[row])} turns "
-                         f"(see docs/spec/ALGORITHMS.md §1.5)")
+                         "(see docs/spec/ALGORITHMS.md §1.5)")
     return torch.gather(credit_table, 1, turn_ids.clamp(0, credit_table.shape[1] - 1)) * sampled
 
 
