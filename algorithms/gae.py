@@ -1,16 +1,18 @@
-"""RAGEN's token-level advantage estimators with a critic, and the critic's loss (spec ALGORITHMS.md section 4).
+"""RAGEN's token-level advantage estimators with a critic, and the critic's loss.
+
+Spec: docs/spec/ALGORITHMS.md §4.
 
 Per trajectory, on 1-D tensors of one length T (rewards r, critic values V, agent mask m):
 
-* ``vanilla_gae``           env tokens are ordinary steps                              (4.2)
-* ``multiturn_gae``         env tokens skipped: no TD error, no discount (masked form)  (4.3)
-* ``bilevel_gae``           a turn-level GAE bootstraps the last token of every turn    (4.4)
-* ``weighted_bilevel_gae``  bi-level, each agent token blended with its turn's A_H     (4.5)
+* ``vanilla_gae``           env tokens are ordinary steps                              (§4.2)
+* ``multiturn_gae``         env tokens skipped: no TD error, no discount (masked form)  (§4.3)
+* ``bilevel_gae``           a turn-level GAE bootstraps the last token of every turn    (§4.4)
+* ``weighted_bilevel_gae``  bi-level, each agent token blended with its turn's A_H     (§4.5)
 
-``gae_advantages`` runs one of them over a batch of rows and whitens (4.6). The critic side is
-``value_loss_mask`` and ``value_loss`` (4.7); ``high_variance_groups`` is RAGEN's StarPO-S filter (4.9).
+``gae_advantages`` runs one of them over a batch of rows and whitens (§4.6). The critic side is
+``value_loss_mask`` and ``value_loss`` (§4.7); ``high_variance_groups`` is RAGEN's StarPO-S filter (§4.9).
 
-A turn is a maximal run of mask-1 positions (4.1); rewards never decide where a turn ends. The
+A turn is a maximal run of mask-1 positions (§4.1); rewards never decide where a turn ends. The
 recurrences run backwards over Python floats (float64), one readable loop each; the results come back as
 tensors of the values' float dtype on the values' device.
 """
@@ -32,7 +34,7 @@ from .settings import MT_GAE_RETURNS, GAEConfig, check_name
 def vanilla_gae(
     rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lam: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """GAE over every position, env tokens included (4.2); returns (A, R = A + V)."""
+    """GAE over every position, env tokens included (§4.2); returns (A, R = A + V)."""
     r, v, _ = _row(rewards, values, mask)
     advantages = [0.0] * len(r)
     next_value, next_adv = 0.0, 0.0  # V_T := 0, A_T := 0
@@ -92,7 +94,7 @@ def bilevel_gae(
     gamma_H: float,
     lam_H: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Bi-level GAE (4.4): turn-level A_H, then token-level GAE on agent tokens; returns (A, R, A_H per turn).
+    """Bi-level GAE (§4.4): turn-level A_H, then token-level GAE on agent tokens; returns (A, R, A_H by turn).
 
     Turn k's reward R_k is the sum of r over its positions: its agent tokens and the env tokens after them,
     up to the next turn start (the last turn: up to T). Rewards before the first turn (a prompt) belong to
@@ -113,7 +115,7 @@ def weighted_bilevel_gae(
     lam_H: float,
     turn_level_weight: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Bi-level GAE with A_p <- (1 - w) A_p + w A_H[turn of p] on agent tokens (4.5); R is not re-blended."""
+    """Bi-level GAE with A_p <- (1 - w) A_p + w A_H[turn of p] on agent tokens (§4.5); R is not re-blended."""
     r, v, m = _row(rewards, values, mask)
     advantages, targets, adv_turn, turn = _bilevel(r, v, m, gamma, lam, gamma_H, lam_H)
     w = turn_level_weight
@@ -166,12 +168,12 @@ def _bilevel(
 
 
 # ---------------------------------------------------------------------------------------------------
-# Whitening (4.6) and the batch dispatch
+# Whitening (§4.6) and the batch dispatch
 # ---------------------------------------------------------------------------------------------------
 
 
 def whiten(advantages: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """(A - mean) / sqrt(unbiased var + eps) over the mask-1 positions (4.6); mask-0 positions are returned unchanged.
+    """(A - mean) / sqrt(unbiased var + eps) over the mask-1 positions (§4.6); mask-0 positions unchanged.
 
     With a single mask-1 position the variance is undefined: A is only centred (it becomes 0 there).
     With none, A is returned unchanged. Any shape; mask must have A's shape.
@@ -247,14 +249,14 @@ def _estimate(
 
 
 # ---------------------------------------------------------------------------------------------------
-# Critic (4.7)
+# Critic (§4.7)
 # ---------------------------------------------------------------------------------------------------
 
 
 def value_loss_mask(
     loss_mask: torch.Tensor, mask_obs: bool, valid: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """Positions the critic trains on (4.7): the agent tokens, or (mask_obs False) all from the first one on.
+    """Positions the critic trains on (§4.7): the agent tokens, or (mask_obs False) all from the first one on.
 
     Works on [T] and [B, T]. ``valid`` (e.g. the attention mask) removes padding; the result has
     ``loss_mask``'s dtype.
@@ -277,7 +279,7 @@ def value_loss(
     cliprange_value: float,
     denominator: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Clipped value loss 0.5 * sum(max((v - R)^2, (v_clip - R)^2) * mask) / denominator (4.7), and stats.
+    """Clipped value loss 0.5 * sum(max((v - R)^2, (v_clip - R)^2) * mask) / denominator (§4.7), and stats.
 
     ``denominator`` defaults to the number of mask-1 positions (at least 1); pass a mini-batch's count so its
     micro-batches add up to the mini-batch's loss. Stats (detached, over this batch's mask): ``vf_clipfrac``,
@@ -334,12 +336,12 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
 
 
 # ---------------------------------------------------------------------------------------------------
-# StarPO-S group filter (4.9)
+# StarPO-S group filter (§4.9)
 # ---------------------------------------------------------------------------------------------------
 
 
 def high_variance_groups(group_ids: Sequence[str], scores: Sequence[float], ratio: float) -> list[int]:
-    """Indices (in order) of the trajectories in the ceil(ratio * groups) groups of highest score std (4.9).
+    """Indices (in order) of the trajectories in the ceil(ratio * groups) groups of highest score std (§4.9).
 
     The std is the population std of the group's scores; ties go to the group that appears first.
     """

@@ -1,11 +1,11 @@
-"""Multi-turn GRPO advantages, the UserRL estimator (spec ALGORITHMS.md section 2).
+"""Multi-turn GRPO advantages, the UserRL estimator (docs/spec/ALGORITHMS.md §2).
 
 Pipeline, one function per step:
 
-1. ``trajectory_score``  turn rewards -> one score s_b per trajectory          (2.2)
-2. ``group_normalize``   scores -> z_b, baseline and scale from the group      (2.4)
-3. ``turn_credits``      turn rewards -> a weight c_{b,k} per turn            (2.3)
-4. ``broadcast_advantages``  spread z_b over sampled tokens in proportion to c (2.5)
+1. ``trajectory_score``  turn rewards -> one score s_b per trajectory          (§2.2)
+2. ``group_normalize``   scores -> z_b, baseline and scale from the group      (§2.4)
+3. ``turn_credits``      turn rewards -> a weight c_{b,k} per turn            (§2.3)
+4. ``broadcast_advantages``  spread z_b over sampled tokens in proportion to c (§2.5)
 
 ``grpo_multiturn_advantages`` chains them and adds the group statistics of 3.7.
 """
@@ -20,7 +20,7 @@ import torch
 
 from .settings import TRAJECTORY_SCORES, TURN_CREDITS, GRPOConfig, check_name
 
-# Below this |S_b| a trajectory has no credited tokens (2.5); exact zeros are the common case.
+# Below this |S_b| a trajectory has no credited tokens (§2.5); exact zeros are the common case.
 _ZERO_CREDIT_SUM = 1e-12
 
 
@@ -65,7 +65,7 @@ def turn_credits(rewards: Sequence[float], method: str = "equalized", gamma: flo
 
 
 def group_moments(scores: Sequence[float], group_ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Per-trajectory group mean and unbiased std (2.4); a singleton group gets mu = 0, sigma = 1."""
+    """Per-trajectory group mean and unbiased std (§2.4); a singleton group gets mu = 0, sigma = 1."""
     if len(scores) != len(group_ids):
         raise ValueError(f"got {len(scores)} scores but {len(group_ids)} group ids")
     scores = np.asarray(scores, dtype=np.float64)
@@ -97,7 +97,7 @@ def group_normalize(
 def token_credits(
     loss_mask: torch.Tensor, turn_ids: torch.Tensor, credits: Sequence[Sequence[float]]
 ) -> torch.Tensor:
-    """Float64 [B, T] credit a = c_{k(t)} * m_t of every token; 0 outside sampled tokens (2.5)."""
+    """Float64 [B, T] credit a = c_{k(t)} * m_t of every token; 0 outside sampled tokens (§2.5)."""
     if loss_mask.shape != turn_ids.shape or loss_mask.dim() != 2:
         raise ValueError(
             f"loss_mask {tuple(loss_mask.shape)} and turn_ids {tuple(turn_ids.shape)} must be equal [B, T]"
@@ -112,7 +112,8 @@ def token_credits(
     outside = sampled & ((turn_ids < 0) | (turn_ids >= num_turns[:, None]))
     if outside.any():
         row = int(outside.any(dim=1).nonzero()[0])
-        raise ValueError(f"row {row} has sampled tokens outside its {len(credits[row])} turns (see spec 1.5)")
+        raise ValueError(f"row {row} has sampled tokens outside its {len(credits[row])} turns "
+                         "(see docs/spec/ALGORITHMS.md §1.5)")
     return torch.gather(credit_table, 1, turn_ids.clamp(0, credit_table.shape[1] - 1)) * sampled
 
 
@@ -122,7 +123,7 @@ def broadcast_advantages(
     credits: Sequence[Sequence[float]],
     z: Sequence[float],
 ) -> torch.Tensor:
-    """Float32 token advantages A = a * z * N / S, so each row's mean over credited tokens is z_b (2.5)."""
+    """Float32 token advantages A = a * z * N / S, so each row's mean over credited tokens is z_b (§2.5)."""
     if len(z) != loss_mask.shape[0]:
         raise ValueError(f"batch has {loss_mask.shape[0]} rows but got {len(z)} z values")
     # float64 until the end so the sixth decimal the spec tests survives.

@@ -1,4 +1,4 @@
-"""Per-token log-probabilities and the actor losses (spec ALGORITHMS.md section 3, Appendix A).
+"""Per-token log-probabilities and the actor losses (docs/spec/ALGORITHMS.md §3, Appendix A).
 
 Every loss here returns per-token values or reduces them with ``aggregate`` over a 0/1 loss mask, so the
 learner decides nothing about masking or normalization.
@@ -15,7 +15,7 @@ AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
 KL_KINDS = ("kl", "abs", "mse", "low_var_kl")
 _KL_ALIASES = {"k1": "kl", "k2": "mse", "k3": "low_var_kl"}
 
-# exp() of a larger log-ratio overflows float32 and poisons the batch with inf/NaN (3.1, 3.3).
+# exp() of a larger log-ratio overflows float32 and poisons the batch with inf/NaN (§3.1, §3.3).
 _MAX_LOG_RATIO = 20.0
 _MAX_LOW_VAR_KL = 10.0
 
@@ -190,7 +190,7 @@ def _check_temperature(temperature: float) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Aggregation (3.2)
+# Aggregation (§3.2)
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -249,7 +249,7 @@ def masked_token_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Policy loss (3.1) and metrics (3.7)
+# Policy loss (§3.1) and metrics (§3.7)
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -293,7 +293,7 @@ def policy_loss(
 
 
 # ---------------------------------------------------------------------------------------------------
-# KL to a reference policy (3.3) and SFT (Appendix A)
+# KL to a reference policy (§3.3) and SFT (Appendix A)
 # ---------------------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""Token reward vectors for token-level estimators (spec ALGORITHMS.md 1.6).
+"""Token reward vectors for token-level estimators (docs/spec/ALGORITHMS.md §1.6).
 
 Rewards only ever sit on sampled tokens: a critic trained on agent tokens cannot see a reward placed on
 a tool, user or padding token.
@@ -32,7 +32,8 @@ def place_token_rewards(
 
     if placement == "outcome":
         if scores is None or len(scores) != loss_mask.shape[0]:
-            raise ValueError("outcome placement needs one trajectory score per row (spec 2.2)")
+            raise ValueError("outcome placement needs one trajectory score per row "
+                             "(docs/spec/ALGORITHMS.md §2.2)")
         # The last sampled token of the last turn is simply the last sampled token of the row.
         return _place(loss_mask, torch.zeros_like(turn_ids), [[s] for s in scores])
     return _place(loss_mask, turn_ids, turn_rewards)

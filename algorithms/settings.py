@@ -51,7 +51,10 @@ def check_name(kind: str, name: str, valid: tuple[str, ...]) -> str:
 
 @dataclass(frozen=True)
 class GRPOConfig:
-    """Settings of the multi-turn GRPO estimator (spec 2.8); names are canonical (the config maps aliases)."""
+    """Settings of the multi-turn GRPO estimator (docs/spec/ALGORITHMS.md §2.8).
+
+    Names are canonical (the config maps aliases).
+    """
 
     estimators: ClassVar[tuple[str, ...]] = ("grpo_multiturn",)
 
@@ -74,22 +77,26 @@ class GRPOConfig:
 
 @dataclass(frozen=True)
 class GAEConfig:
-    """Settings of the GAE estimators (spec Appendix B); every discount, lambda and weight lies in [0, 1]."""
+    """Settings of the GAE estimators (docs/spec/ALGORITHMS.md Appendix B).
+
+    Every discount, lambda and weight lies in [0, 1].
+    """
 
     estimators: ClassVar[tuple[str, ...]] = GAE_ESTIMATORS
 
     estimator: str = "gae"  # the config's training.adv_estimator
     gamma: float = setting(1.0, "Token-level discount of the GAE estimators.", ge=0, le=1)
     lam: float = setting(1.0, "GAE lambda (token level; GAE estimators only).", ge=0, le=1)
-    gamma_H: float = setting(0.95, "Turn-level discount (gae_bilevel*, spec 4.4).", ge=0, le=1,
-                             only=BILEVEL_ESTIMATORS)
-    lam_H: float = setting(0.95, "Turn-level GAE lambda (gae_bilevel*, spec 4.4).", ge=0, le=1,
-                           only=BILEVEL_ESTIMATORS)
-    turn_level_weight: float = setting(0.1, "w of the cross-level blend (gae_bilevel_weighted, spec 4.5).",
-                                       ge=0, le=1, only=("gae_bilevel_weighted",))
+    gamma_H: float = setting(0.95, "Turn-level discount (gae_bilevel*, docs/spec/ALGORITHMS.md §4.4).",
+                             ge=0, le=1, only=BILEVEL_ESTIMATORS)
+    lam_H: float = setting(0.95, "Turn-level GAE lambda (gae_bilevel*, docs/spec/ALGORITHMS.md §4.4).",
+                           ge=0, le=1, only=BILEVEL_ESTIMATORS)
+    turn_level_weight: float = setting(
+        0.1, "w of the cross-level blend (gae_bilevel_weighted, docs/spec/ALGORITHMS.md §4.5).",
+        ge=0, le=1, only=("gae_bilevel_weighted",))
     mt_gae_returns: str = setting(
         "adv_plus_value", "Critic targets of gae_multiturn: A + V, or the discounted reward sum over agent tokens "
-        "(spec 4.3).", choices=MT_GAE_RETURNS, only=("gae_multiturn",))
+        "(docs/spec/ALGORITHMS.md §4.3).", choices=MT_GAE_RETURNS, only=("gae_multiturn",))
 
     def __post_init__(self) -> None:
         check_name("GAE estimator", self.estimator, GAE_ESTIMATORS)

@@ -1,4 +1,4 @@
-"""Structured output extraction for JSON-returning model roles (GYMS.md 0.6, steps 1-5).
+"""Structured output extraction for JSON-returning model roles (docs/spec/GYMS.md §0.6, steps 1-5).
 
 Model text is only ever parsed with the standard JSON parser: never eval, exec or ast.literal_eval.
 """
@@ -117,7 +117,7 @@ def _brace_spans(text: str) -> list[tuple[int, int]]:
 
 
 def extract_json_object(text: str) -> dict[str, Any]:
-    """Extract the model's JSON object from a reply (GYMS.md 0.6 steps 1-4) or raise JSONExtractionError."""
+    """The model's JSON object from a reply (docs/spec/GYMS.md §0.6 steps 1-4), else JSONExtractionError."""
     if not isinstance(text, str):
         raise JSONExtractionError(f"expected the reply as a string, got {type(text).__name__}")
     text = strip_think(text)

@@ -59,7 +59,7 @@ class OracleEnv(MultiTurnEnv):
     role_names: ClassVar[tuple[str, ...]] = ("oracle",)
     oracle_role: ClassVar[str] = ""
     oracle_system_prompt: ClassVar[str] = ""
-    #: The reset text; like every reset text it is never shown to the agent (0.3).
+    #: The reset text; like every reset text it is never shown to the agent (docs/spec/GYMS.md §0.3).
     welcome: ClassVar[str] = ""
     #: The reply to an action without a choice the gym handles.
     invalid_action: ClassVar[str] = ""

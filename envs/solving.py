@@ -23,7 +23,9 @@ class Solver(Protocol):
 
 
 class NativeToolsSolver(ABC):
-    """A solver that can also play a native-tools episode (`env.protocol: native_tools`, ALGORITHMS.md 5.1).
+    """A solver that can also play a native-tools episode (`env.protocol: native_tools`).
+
+    Spec: docs/spec/ALGORITHMS.md §5.1.
 
     There the agent's first context already holds the tools, and each message either calls one tool or speaks
     to the user: after `start_native`, every move is `answer` (one tool call as JSON, {"name", "arguments"}) or

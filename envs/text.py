@@ -1,4 +1,4 @@
-"""Shared text helpers of the scripted backends (GYMS.md 0.7): content words and normalisation."""
+"""Shared text helpers of the scripted backends (docs/spec/GYMS.md §0.7): content words and normalisation."""
 
 from __future__ import annotations
 

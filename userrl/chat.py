@@ -1,7 +1,7 @@
 """Chat rendering into exact token segments, for one tokenizer and action protocol.
 
 Non-generated messages are tokenized as deltas of the chat template against a fixed dummy prefix
-(spec ALGORITHMS.md 1.2), so the context only ever grows by appending and the policy conditions on
+(docs/spec/ALGORITHMS.md §1.2), so the context only ever grows by appending and the policy conditions on
 exactly the tokens that training later scores. What the messages say (instructions, tool schemas,
 actions, feedback) is the action protocol's (userrl.protocols): ChatFormat renders what it decides.
 """

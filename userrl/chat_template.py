@@ -1,5 +1,5 @@
 """Chat-template preambles: a model's own template, taught to render OpenAI `tools` and assistant `tool_calls`
-the way an action protocol rendered them in training (spec ALGORITHMS.md 1.2).
+the way an action protocol rendered them in training (docs/spec/ALGORITHMS.md §1.2).
 
 `userrl export` writes the result into the exported tokenizer and the Serve gateway applies it to the model it
 serves, so transformers' `apply_chat_template`, vLLM's OpenAI server and `userrl serve` all turn the same

@@ -33,7 +33,7 @@ def estimator_turn_rewards(trajectory: Trajectory, format_penalty: float = 0.0) 
     well-formed action (stop reason no_tool_call) gets it added; the trajectory's own record stays as played."""
     rewards = trajectory.turn_rewards
     if format_penalty and trajectory.stop_reason == "no_tool_call" and trajectory.turns[-1:] and (
-            trajectory.turns[-1].n_sampled > 0):  # a reward must sit on a sampled token (spec 1.6)
+            trajectory.turns[-1].n_sampled > 0):  # on a sampled token (docs/spec/ALGORITHMS.md §1.6)
         rewards[-1] += format_penalty
     return rewards
 
@@ -75,7 +75,7 @@ class AdvantageEstimator(ABC):
 
 
 class GRPOMultiTurnEstimator(AdvantageEstimator):
-    """GRPO-multiturn: group-normalized trajectory scores with turn-level credit (spec section 2)."""
+    """GRPO-multiturn: group-normalized trajectory scores, turn-level credit (docs/spec/ALGORITHMS.md §2)."""
 
     def from_rewards(self, trajectories: list[Trajectory], batch: TensorBatch, rewards: list[list[float]],
                      values: ValueFunction) -> Estimate:
@@ -86,7 +86,7 @@ class GRPOMultiTurnEstimator(AdvantageEstimator):
 
 
 class GAEEstimator(AdvantageEstimator):
-    """RAGEN's GAE estimators (spec section 4): token rewards against the critic's values."""
+    """RAGEN's GAE estimators (docs/spec/ALGORITHMS.md §4): token rewards against the critic's values."""
 
     needs_critic = True
 

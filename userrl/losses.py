@@ -108,8 +108,8 @@ class SFTLoss(TokenLoss):
 
 
 class PPOPolicyLoss(TokenLoss):
-    """The clipped policy loss (spec 3.1) of GRPO-multiturn and of the GAE estimators' actor, with the KL to a
-    reference (3.3) and the entropy bonus where configured.
+    """The clipped policy loss (docs/spec/ALGORITHMS.md §3.1) of GRPO-multiturn and of the GAE estimators'
+    actor, with the KL to a reference (§3.3) and the entropy bonus where configured.
 
     `advantages[i]` is aligned with trajectory i's input_ids; `old[i]` (None: on policy, ratio 1) with its
     input_ids[1:].
@@ -154,7 +154,7 @@ class PPOPolicyLoss(TokenLoss):
 
 
 class ClippedValueLoss(MicroBatchLoss):
-    """The critic's clipped value loss (spec 4.7) over its positions (critic.mask_obs)."""
+    """The critic's clipped value loss (docs/spec/ALGORITHMS.md §4.7) over its positions (critic.mask_obs)."""
 
     sum_keys = ("vf_clipfrac", "value_tokens")
 

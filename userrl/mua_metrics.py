@@ -5,7 +5,7 @@ A native_tools assistant turn (userrl/protocols/native_tools.py `parse_native_to
   returned an error (the gym's `info["tool_call"]`; a name the gym does not have, or a call it cannot read, is
   `INVALID_TOOL_CALL`, an error). A message whose `<tool_call>` blocks hold no well-formed call ran nothing and
   ended the episode (`n_tool_calls > 0`, not executed): it is counted as a call of `INVALID_TOOL_CALL` with an
-  error too, so tool-parse failures show up here (ALGORITHMS.md 5.1, "lessons");
+  error too, so tool-parse failures show up here (docs/spec/ALGORITHMS.md §5.1, "lessons");
 * a **customer message** when it was plain text sent to the simulated customer (an executed `action` turn;
   the text is `TurnRecord.content`);
 * neither when nothing was sent (a message cut at the token limit, an empty message).
@@ -15,17 +15,17 @@ The metrics (names without a prefix; callers log them as `rollout/mua/<name>` ea
 * `groups`, and `groups_all_correct` / `groups_all_wrong` / `groups_mixed`: the shares of groups (episodes
   sharing a `group_id`: a GRPO group in training, an item's passes in `userrl evaluate`) whose played members
   all succeeded, all failed, or some of each. Success is `Trajectory.succeeded` (a positive return in an
-  episode the task ended), which for Tau's binary reward (5.1) is reward 1. A group of one is never mixed.
+  episode the task ended), which for Tau's binary reward (§5.1) is reward 1. A group of one is never mixed.
   Only mixed groups carry a GRPO signal: an all-correct or all-wrong group has zero advantages.
 * `tool_calls_mean` / `customer_messages_mean`: tool calls and customer messages per episode;
   `tool_call_share`: tool calls / (tool calls + customer messages).
 * `tool_error_rate`: errored calls / calls; per tool: `tool_calls/<tool>` (calls in the batch, a count) and
   `tool_error_rate/<tool>`.
 * `distinct_1`, `distinct_2`, `distinct_3`: n-gram diversity of the agent's customer messages. Neither
-  ALGORITHMS.md 5.1 nor the MUA-RL paper defines one, so this is distinct-n (Li et al. 2016): the number of
-  unique n-grams / the total number of n-grams, pooled over all customer messages of the batch; n-grams are
-  taken within one message, over its lowercased word tokens (runs of `\\w` characters; punctuation dropped).
-  Low values mean the agent repeats itself across messages and episodes.
+  docs/spec/ALGORITHMS.md §5.1 nor the MUA-RL paper defines one, so this is distinct-n (Li et al. 2016): the
+  number of unique n-grams / the total number of n-grams, pooled over all customer messages of the batch;
+  n-grams are taken within one message, over its lowercased word tokens (runs of `\\w` characters; punctuation
+  dropped). Low values mean the agent repeats itself across messages and episodes.
 A metric whose denominator is 0 (no tool call, no message, no n-gram) is left out rather than logged as 0.
 """
 

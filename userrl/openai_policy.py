@@ -6,9 +6,9 @@ With the `bracket` protocol there are no tools and the model writes `[answer] 42
 turn bookkeeping are the token-level rollout's (`userrl.rollout.run_episode`, the one episode loop); only the
 front end differs.
 
-`native_tools` (MUA-RL's episode, ALGORITHMS.md 5.1) opens with the gym's own prompt (Tau: the domain policy
-and the customer's recorded first message) and offers the gym's tools. Where the tool schemas go is
-`evaluation.openai_tools` (TOOL_MODES), for tool_call as well:
+`native_tools` (MUA-RL's episode, docs/spec/ALGORITHMS.md §5.1) opens with the gym's own prompt (Tau: the
+domain policy and the customer's recorded first message) and offers the gym's tools. Where the tool schemas
+go is `evaluation.openai_tools` (TOOL_MODES), for tool_call as well:
 * `request`: as the request's OpenAI `tools`; the server renders them and returns `tool_calls` (vLLM needs
   `--enable-auto-tool-choice --tool-call-parser ...` for this, else it answers 400). Each call's result goes
   back as a `tool` message with its `tool_call_id`.

@@ -3,7 +3,8 @@
 The agent walks from S to G on a lake with holes. The board is text (see `board`): P you, _ frozen ice,
 O hole, G goal, X you in a hole, √ you on the goal; cells are separated by spaces, the top row first.
 
-Actions (GYMS.md 0.2.2 format): `[action] <moves>` with one to MAX_MOVES_PER_TURN (3) moves among up,
+Actions (the format of docs/spec/GYMS.md §0.2.2): `[action] <moves>` with one to MAX_MOVES_PER_TURN (3)
+moves among up,
 down, left and right, any case, separated by commas or blanks ("left", "Up", "right, down, down"). The
 moves are made in order within one step; a move off the edge leaves the player in place; once the
 player falls into a hole or reaches the goal the remaining moves are dropped. Feedback: one sentence per
@@ -35,7 +36,7 @@ from userrl.envs.grid import GridGameEnv
 GAVE_UP = "Episode finished. You did not reach the goal."
 FELL = "You fell into a hole."
 REACHED = "You reached the goal!"
-#: The reset text; like every reset text it is never shown to the agent (0.3). The board follows it.
+#: The reset text; like every reset text it is never shown to the agent (§0.3). The board follows it.
 WELCOME = "FrozenLakeGym: the lake is ready."
 
 

@@ -1,4 +1,4 @@
-"""The Function gym: guess a hidden arithmetic function f(a, b, c, d) (GYMS.md section 1)."""
+"""The Function gym: guess a hidden arithmetic function f(a, b, c, d) (docs/spec/GYMS.md §1)."""
 
 from userrl.envs.function.env import FunctionEnv
 from userrl.envs.function.safe_eval import EvaluationError, Formula, RuleError

@@ -1,4 +1,4 @@
-"""FunctionEnv: guess a hidden arithmetic function f(a, b, c, d) (GYMS.md section 1)."""
+"""FunctionEnv: guess a hidden arithmetic function f(a, b, c, d) (docs/spec/GYMS.md §1)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ CORRECT = "Correct!"
 WRONG_ANSWER = "Your answer is wrong. You may keep probing and answer again."
 EPISODE_FINISHED = "Episode finished."
 INVALID_ACTION = "Invalid action. Allowed choices: search, action, answer."
-#: The reset text; like every reset text it is never shown to the agent (0.3).
+#: The reset text; like every reset text it is never shown to the agent (§0.3).
 WELCOME = "FunctionGym: a hidden function f(a, b, c, d) is ready. Probe it, fetch the test case, then answer."
 
 NUMBER_RE = re.compile(r"-?\d+\.?\d*")

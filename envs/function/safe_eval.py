@@ -1,4 +1,4 @@
-"""Whitelisted evaluator of Function rules (GYMS.md section 1): parse once, walk the tree, float arithmetic."""
+"""Whitelisted evaluator of Function rules (docs/spec/GYMS.md §1): parse once, walk the tree, float math."""
 
 from __future__ import annotations
 

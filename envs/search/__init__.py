@@ -1,4 +1,7 @@
-"""The Search gym: multi-hop question answering over an offline BM25-indexed corpus (GYMS.md section 4)."""
+"""The Search gym: multi-hop question answering over an offline BM25-indexed corpus.
+
+Spec: docs/spec/GYMS.md §4.
+"""
 
 from userrl.envs.registry import register_gym
 from userrl.envs.search.backends import (

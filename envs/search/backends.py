@@ -1,4 +1,4 @@
-"""Search backends of the Search gym (GYMS.md 4, "Search backends") and the result formatting.
+"""Search backends of the Search gym (docs/spec/GYMS.md §4, "Search backends") and the result formatting.
 
 * `local_corpus` (our default): BM25 over a local JSONL corpus of {title, text} documents; by default our
   own fictional corpus (data/corpus.jsonl). It has no direct-answer box.

@@ -38,7 +38,7 @@ class Document:
 
 
 def index_tokens(text: str) -> list[str]:
-    """BM25 terms: the content-word rules of CW (GYMS.md 0.7), kept as a list so term counts survive."""
+    """BM25 terms: the content-word rules of CW (docs/spec/GYMS.md §0.7), as a list so term counts survive."""
     stop = stopwords()
     out = []
     for token in _NON_ALNUM.split(text.lower()):

@@ -1,4 +1,4 @@
-"""SearchEnv: answer a (multi-hop) factoid question, searching first if needed (GYMS.md section 4).
+"""SearchEnv: answer a (multi-hop) factoid question, searching first if needed (docs/spec/GYMS.md §4).
 
 Searches go to a search backend (backends.py). The default, `local_corpus`, is BM25 over our own
 fictional corpus, which holds the answers of the builtin questions. The original web search (`serper`)
@@ -48,7 +48,7 @@ CORRECT = "Correct! Your answer is right."
 INCORRECT = "Incorrect. You may search more or try another answer."
 INVALID_ACTION = "Invalid action. Allowed choices: search, answer."
 FINISHED = "Episode finished. The correct answer was: {answer}"
-#: The reset text; like every reset text it is never shown to the agent (0.3).
+#: The reset text; like every reset text it is never shown to the agent (§0.3).
 WELCOME = "SearchGym: a question is ready. Search for information, then answer."
 
 EVAL_METHODS = ("llm", "rule")
@@ -82,7 +82,7 @@ class SearchEnv(MultiTurnEnv):
 
         `eval_method="llm"` runs the judge role after a failed exact match: the scripted stand-in when the
         judge's backend (`backend`, or `role_backends={"answer_judge": ...}`) is "scripted", the model
-        otherwise; `"rule"` is exact match only. Search has no preset differences (0.9).
+        otherwise; `"rule"` is exact match only. Search has no preset differences (§0.9).
         """
         if eval_method not in EVAL_METHODS:
             raise ValueError(f"eval_method must be one of {list(EVAL_METHODS)}, got {eval_method!r}")
@@ -213,7 +213,7 @@ class SearchEnv(MultiTurnEnv):
             max_tokens=JUDGE_MAX_TOKENS,
         )
         self.record_lm_call(call.role, call.attempts, call.ok, call.latency_s)
-        # Fallback (GYMS.md 4): a judge that never gave a valid reply counts as incorrect.
+        # Fallback (docs/spec/GYMS.md §4): a judge that never gave a valid reply counts as incorrect.
         return bool(value) if value is not None else False
 
 

@@ -1,4 +1,4 @@
-"""The answer judge of the Search gym (GYMS.md 4): exact match, the scripted stand-in, the model role."""
+"""The answer judge of the Search gym (docs/spec/GYMS.md §4): exact match, scripted stand-in, model role."""
 
 from __future__ import annotations
 
@@ -56,5 +56,6 @@ def validate_judgment(value: dict[str, Any]) -> bool:
         return judgment
     if not isinstance(judgment, str):
         raise TypeError(f"judgment must be a string, got {type(judgment).__name__}")
-    # Labels compare after trimming and case-folding (GYMS.md 0.6); anything but yes (or true) is a No.
+    # Labels compare after trimming and case-folding (docs/spec/GYMS.md §0.6); anything but yes (or true)
+    # is a No.
     return judgment.strip().casefold() in ("yes", "true")

@@ -3,7 +3,8 @@
 The board is text (see `board`): # wall, _ floor, O target, X box, √ box on a target, P player, S player
 on a target; cells are separated by spaces, the top row first. The game is deterministic.
 
-Actions (GYMS.md 0.2.2 format): `[action] <moves>` with one to MAX_MOVES_PER_TURN (3) moves among up,
+Actions (the format of docs/spec/GYMS.md §0.2.2): `[action] <moves>` with one to MAX_MOVES_PER_TURN (3)
+moves among up,
 down, left and right, any case, separated by commas or blanks ("left", "Up", "right, down, down"). The
 moves are made in order within one step. Walking into a box pushes it if the cell behind it is floor or
 a target; a wall, or a box that cannot move, leaves the player in place. Once every box is on a target
@@ -32,7 +33,7 @@ GAVE_UP = "Episode finished. The puzzle is not solved."
 ON_TARGET = "The box is on a target."
 OFF_TARGET = "The box left its target."
 SOLVED = "Every box is on a target. You solved the puzzle!"
-#: The reset text; like every reset text it is never shown to the agent (0.3). The board follows it.
+#: The reset text; like every reset text it is never shown to the agent (§0.3). The board follows it.
 WELCOME = "SokobanGym: the room is ready."
 
 

@@ -1,4 +1,7 @@
-"""The Tau gym: customer service with τ-bench retail/airline tools and a simulated customer (GYMS.md section 5)."""
+"""The Tau gym: customer service with τ-bench retail/airline tools and a simulated customer.
+
+Spec: docs/spec/GYMS.md §5.
+"""
 
 from userrl.envs.registry import register_gym
 from userrl.envs.tau.database import (

@@ -1,4 +1,7 @@
-"""The simulated customer: the llm role's prompts and the deterministic scripted stand-in (GYMS.md section 5)."""
+"""The simulated customer: the llm role's prompts and the deterministic scripted stand-in.
+
+Spec: docs/spec/GYMS.md §5.
+"""
 
 from __future__ import annotations
 
@@ -130,7 +133,7 @@ class CustomerFacts:
 
 
 class ScriptedCustomer:
-    """The deterministic customer: fixed reply rules over the agent message (GYMS.md 5, scripted backend)."""
+    """The deterministic customer: fixed reply rules over the agent message (docs/spec/GYMS.md §5)."""
 
     def __init__(self, instruction: str, facts: CustomerFacts):
         self.facts = facts

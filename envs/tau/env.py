@@ -1,4 +1,4 @@
-"""TauEnv: customer service with τ-bench tools and a simulated customer (GYMS.md section 5)."""
+"""TauEnv: customer service with τ-bench tools and a simulated customer (docs/spec/GYMS.md §5)."""
 
 from __future__ import annotations
 
@@ -47,7 +47,8 @@ HELP_TEXT = (
 )
 #: The customer-simulator role name in info["lm_calls"].
 CUSTOMER_ROLE = "customer"
-#: What `customer_failure` may be: the fallback reply (GYMS.md 5) or the end of the episode (MUA-RL, 5.1).
+#: What `customer_failure` may be: the fallback reply (docs/spec/GYMS.md §5) or the end of the episode
+#: (MUA-RL, docs/spec/ALGORITHMS.md §5.1).
 CUSTOMER_FAILURE_MODES = ("fallback", "end")
 #: The feedback of a step whose customer gave no reply under customer_failure="end".
 CUSTOMER_GONE = "The customer did not reply; the conversation has ended."
@@ -67,7 +68,8 @@ class TauEnv(MultiTurnEnv):
     uses_role_client: ClassVar[bool] = True
     role_names: ClassVar[tuple[str, ...]] = (CUSTOMER_ROLE,)
     exposes_tools: ClassVar[bool] = True
-    # MUA-RL's episode (ALGORITHMS.md 5.1): a customer that fails or stays silent ends the conversation.
+    # MUA-RL's episode (docs/spec/ALGORITHMS.md §5.1): a customer that fails or stays silent ends the
+    # conversation.
     native_tools_kwargs: ClassVar[Mapping[str, Any]] = {"customer_failure": "end"}
 
     def _configure(
@@ -79,7 +81,7 @@ class TauEnv(MultiTurnEnv):
         customer_failure: str = "fallback",
     ) -> None:
         """Gym keywords: the τ-bench folder, the simulator's temperature, policy access, a silent customer."""
-        # Tau's reward is the same in both presets (GYMS.md 0.9).
+        # Tau's reward is the same in both presets (docs/spec/GYMS.md §0.9).
         if customer_failure not in CUSTOMER_FAILURE_MODES:
             raise ValueError(
                 f"customer_failure must be one of {list(CUSTOMER_FAILURE_MODES)}, got {customer_failure!r}"
@@ -117,7 +119,10 @@ class TauEnv(MultiTurnEnv):
         return [tool.schema() for tool in domain_tools(self._data["domain"]).values()]
 
     def native_prompt(self) -> list[dict[str, str]]:
-        """The domain policy as the system message, then the customer's recorded first message (5.1)."""
+        """The domain policy as the system message, then the customer's recorded first message.
+
+        MUA-RL's episode opening (docs/spec/ALGORITHMS.md §5.1).
+        """
         # The recorded `obs` (not a fresh simulator opening) keeps every member of a GRPO group identical.
         policy = self._domain.policy()
         system = policy.strip() if policy and policy.strip() else NATIVE_SYSTEM_FALLBACK
@@ -209,7 +214,7 @@ class TauEnv(MultiTurnEnv):
             self.end_reason, terminated, feedback = "finish", True, EPISODE_FINISHED
         else:
             feedback = INVALID_ACTION
-        # No step penalty: the return is 0 or 1 (GYMS.md section 5); reward_scale still applies.
+        # No step penalty: the return is 0 or 1 (docs/spec/GYMS.md §5); reward_scale still applies.
         return feedback, self.shaped_reward(base), terminated, self._extra_obs(), self._gym_info()
 
     def _end(self, reason: str) -> float:

@@ -1,4 +1,4 @@
-"""The τ-bench database state hash (TAU_TOOLS.md section 6, ALGORITHMS.md 5.1).
+"""The τ-bench database state hash (docs/spec/TAU_TOOLS.md §6, docs/spec/ALGORITHMS.md §5.1).
 
 H(D) = sha256(str(to_hashable(D))). The text is Python's repr of nested tuples, so building the tuples and
 calling `str` reproduces it exactly. The fast path in `database.py` assembles the same text from cached

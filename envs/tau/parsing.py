@@ -1,4 +1,4 @@
-"""Parsing the content of an `answer` step into one tool call (GYMS.md section 5, JSON only, never eval)."""
+"""Parsing the content of an `answer` step into one tool call (docs/spec/GYMS.md §5; JSON, never eval)."""
 
 from __future__ import annotations
 

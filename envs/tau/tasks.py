@@ -65,7 +65,7 @@ USERRL_PARQUET = userrl_parquet("tau_multiturn")
 
 
 def domain_of(task_id: str) -> str:
-    """The τ domain of a task id: retail if the id contains 'retail', else airline (GYMS.md section 5)."""
+    """The τ domain of a task id: retail if the id says 'retail', else airline (docs/spec/GYMS.md §5)."""
     return "retail" if "retail" in task_id else "airline"
 
 

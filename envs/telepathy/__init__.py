@@ -1,4 +1,4 @@
-"""The Telepathy gym: twenty questions about a hidden entity (GYMS.md section 6)."""
+"""The Telepathy gym: twenty questions about a hidden entity (docs/spec/GYMS.md §6)."""
 
 from userrl.envs.registry import register_gym
 from userrl.envs.telepathy.env import TelepathyEnv

@@ -1,4 +1,4 @@
-"""TelepathyEnv: twenty questions about a hidden entity (GYMS.md section 6)."""
+"""TelepathyEnv: twenty questions about a hidden entity (docs/spec/GYMS.md §6)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from userrl.envs.telepathy import roles
 CORRECT_PREFIX = "Correct! "
 JUDGE_FAILED = "Your guess could not be evaluated. Try again."
 INVALID_ACTION = "Invalid action. Allowed choices: action (a yes/no question), answer (your guess)."
-#: The reset text; like every reset text it is never shown to the agent (0.3).
+#: The reset text; like every reset text it is never shown to the agent (§0.3).
 WELCOME = "TelepathyGym: the entity is chosen. Ask yes/no questions, then guess it."
 ROLES = ("oracle", "judge")
 

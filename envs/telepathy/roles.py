@@ -1,4 +1,4 @@
-"""Telepathy's two model roles (GYMS.md section 6): prompts, reply validators and the scripted stand-ins."""
+"""Telepathy's two model roles (docs/spec/GYMS.md §6): prompts, reply validators, the scripted stand-ins."""
 
 from __future__ import annotations
 
@@ -34,10 +34,10 @@ JUDGE_USER_TEMPLATE = "Entity:\n{entity}\n\nThe player's guess:\n{guess}"
 JUDGE_RIGHT = "Your guess is right."
 JUDGE_WRONG = "Your guess is not the entity."
 
-#: Question words that say nothing about the entity (GYMS.md 6, scripted oracle), in CW form.
+#: Question words that say nothing about the entity (docs/spec/GYMS.md §6, scripted oracle), in CW form.
 GENERIC_QUESTION_WORDS = frozenset(content_words("entity thing something thinking guess"))
 #: (category substrings, broader words): an entity whose category contains any of the substrings answers
-#: Yes to the words (GYMS.md 6, scripted oracle).
+#: Yes to the words (docs/spec/GYMS.md §6, scripted oracle).
 HYPERNYMS: tuple[tuple[str, str], ...] = (
     (
         "person figure character composer artist author scientist leader musician athlete",
@@ -84,7 +84,7 @@ def judge_user_message(entity: str, guess: str) -> str:
     return JUDGE_USER_TEMPLATE.format(entity=entity, guess=guess)
 
 
-# ---------------------------------------------------------------- scripted stand-ins (GYMS.md 6)
+# ---------------------------------------------------------------- scripted stand-ins (docs/spec/GYMS.md §6)
 
 
 def hypernyms(category: str) -> set[str]:

@@ -1,4 +1,7 @@
-"""The Travel gym: plan a trip by searching, eliciting hidden preferences and recommending (GYMS.md 7)."""
+"""The Travel gym: plan a trip by searching, eliciting hidden preferences and recommending.
+
+Spec: docs/spec/GYMS.md §7.
+"""
 
 from userrl.envs.registry import register_gym
 from userrl.envs.travel.env import REWARD_PRESETS, TravelEnv

@@ -1,4 +1,7 @@
-"""TravelEnv: plan a trip by searching, eliciting hidden preferences and recommending options (GYMS.md 7)."""
+"""TravelEnv: plan a trip by searching, eliciting hidden preferences and recommending options.
+
+Spec: docs/spec/GYMS.md §7.
+"""
 
 from __future__ import annotations
 
@@ -51,7 +54,7 @@ INVALID_ACTION = "Invalid action. Allowed choices: search, action, answer."
 EPISODE_FINISHED = "Episode finished. You elicited {elicited} of {total} preferences."
 GOAL = "Elicit travel preferences and provide appropriate recommendations."
 
-#: Reward presets of GYMS.md 0.9: everything else is identical in both.
+#: Reward presets of docs/spec/GYMS.md §0.9: everything else is identical in both.
 REWARD_PRESETS: dict[str, dict[str, float]] = {
     "train": {"search_correct_reward": 0.0, "preference_correct_reward": 0.8},
     "eval": {"search_correct_reward": 0.2, "preference_correct_reward": 0.6},

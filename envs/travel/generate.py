@@ -1,7 +1,7 @@
 """Seeded generator of the builtin Travel scenarios; `python -m userrl.envs.travel.generate` rewrites them.
 
 It writes one file per sub-set, `travel_<N>.json`, in exactly the schema of the original
-`travelgym_data_<N>.json` files (GYMS.md section 7), plus `splits.json`. A scenario is accepted only when
+`travelgym_data_<N>.json` files (docs/spec/GYMS.md §7), plus `splits.json`. A scenario is accepted only when
 the scripted search judge accepts the solver's search of every aspect, the scripted type judge maps each of
 the solver's preference questions to that preference alone, and every aspect has a unique cheapest correct
 option that some wrong options undercut.

@@ -1,4 +1,4 @@
-"""Travel model roles (GYMS.md section 7): prompts and reply validators for the model backends, and the
+"""Travel model roles (docs/spec/GYMS.md §7): prompts and reply validators for the model backends, and the
 deterministic scripted stand-ins of the search judge, the type judge and the traveller's replies."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Travel scenario schema (GYMS.md section 7): aspects, option ids, preferences, and scenario validation.
+"""Travel scenario schema (docs/spec/GYMS.md §7): aspects, option ids, preferences, and scenario validation.
 
 One validator serves both task sources: our generated files and the original `travelgym_data_<N>.json`
 files (when present) share the per-scenario schema, so the env runs either unchanged.

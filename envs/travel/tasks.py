@@ -1,6 +1,6 @@
 """Travel task sets: our generated scenarios ("builtin") and the original UserRL files ("userrl").
 
-Both sources use the same scenario files, `<id> -> scenario` objects in the schema of GYMS.md section 7.
+Both sources use the same scenario files, `<id> -> scenario` objects in the schema of docs/spec/GYMS.md §7.
 The original `travelgym_data_<N>.json` files are not part of the shared data, so loading source "userrl"
 fails with TravelDataUnavailable until they are put in place; `read_travel_rows` still reads the parquet
 rows (ids, best ids, prompts) for inspection.

@@ -1,4 +1,4 @@
-"""The Turtle gym: lateral-thinking puzzles ("turtle soup") graded by a rubric (GYMS.md section 8)."""
+"""The Turtle gym: lateral-thinking puzzles ("turtle soup") graded by a rubric (docs/spec/GYMS.md §8)."""
 
 from userrl.envs.registry import register_gym
 from userrl.envs.turtle.env import TurtleEnv

@@ -1,4 +1,4 @@
-"""TurtleEnv: uncover the hidden story behind a lateral-thinking puzzle (GYMS.md section 8)."""
+"""TurtleEnv: uncover the hidden story behind a lateral-thinking puzzle (docs/spec/GYMS.md §8)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ NOTHING_COVERED = "Your story does not cover any of the key points yet."
 COVERED_COUNT = "Your story covers {k} of {n} key points."
 GRADER_FAILED = "Your story could not be evaluated. Try again."
 INVALID_ACTION = "Invalid action. Allowed choices: action (a yes/no question), answer (your full story)."
-#: The reset text; like every reset text it is never shown to the agent (0.3).
+#: The reset text; like every reset text it is never shown to the agent (§0.3).
 WELCOME = "TurtleGym: the puzzle is ready. Ask yes/no questions, then tell the full hidden story."
 GOAL = "Uncover the hidden story behind the surface and tell it in full."
 

@@ -1,4 +1,4 @@
-"""Turtle's two model roles (GYMS.md section 8): prompts, reply validators and the scripted stand-ins."""
+"""Turtle's two model roles (docs/spec/GYMS.md §8): prompts, reply validators and the scripted stand-ins."""
 
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ GRADER_USER_TEMPLATE = (
     "Key statements:\n{statements}"
 )
 
-#: Rubric words that describe the grading rather than the story (GYMS.md 8, scripted grader), in CW form.
+#: Rubric words that describe the grading rather than the story (docs/spec/GYMS.md §8, scripted grader),
+#: in CW form.
 GRADER_GENERIC_WORDS = frozenset(
     content_words(
         "story reveal revealed include included explain explained protagonist mention mentioned "
@@ -101,7 +102,7 @@ def grader_user_message(surface: str, bottom: str, story: str, statements: Seque
     return GRADER_USER_TEMPLATE.format(surface=surface, bottom=bottom, story=story, statements=numbered)
 
 
-# ---------------------------------------------------------------- scripted stand-ins (GYMS.md 8)
+# ---------------------------------------------------------------- scripted stand-ins (docs/spec/GYMS.md §8)
 
 
 def scripted_oracle(question: str, surface_words: set[str], bottom_words: set[str]) -> str:

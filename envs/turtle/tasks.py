@@ -134,7 +134,7 @@ def load_builtin_tasks(split: str = "train", path: str | Path | None = None) -> 
 def load_userrl_stories(data_root: str | Path) -> dict[str, dict[str, Any]]:
     """The original all_stories_refined.json as Task.data records, indexed by case-folded title.
 
-    Only stories judged "Yes" are kept (GYMS.md 8).
+    Only stories judged "Yes" are kept (docs/spec/GYMS.md §8).
     """
     path = Path(data_root) / USERRL_STORIES_JSON
     doc = read_json(require_file(path))

@@ -1,9 +1,9 @@
 """The critic of the GAE estimators (issue #16): its gradient over ranks and micro-batches, every estimator end
 to end, and exact resume with the critic's own checkpoint.
 
-The reference is the clipped value loss of spec ALGORITHMS.md 4.7 over the whole mini-batch, written out here
-on a plain (unsharded) transformers token-classification model; gradients are compared, not weights after an
-AdamW step.
+The reference is the clipped value loss of docs/spec/ALGORITHMS.md §4.7 over the whole mini-batch, written out
+here on a plain (unsharded) transformers token-classification model; gradients are compared, not weights
+after an AdamW step.
 """
 
 import json

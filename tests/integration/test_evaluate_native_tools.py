@@ -116,7 +116,8 @@ def check_episodes(server: NativeSolverServer, returns: list[float], transcripts
     won = transcripts[returns.index(1.0)]
     roles = [m["role"] for m in won]
     assert {"tool", "user"} <= set(roles[2:])  # tool results and customer replies both came back
-    assert "###STOP###" in won[-1]["content"] and roles[-1] == "user"  # the customer ended it (5.1)
+    # The customer ended it (docs/spec/ALGORITHMS.md §5.1).
+    assert "###STOP###" in won[-1]["content"] and roles[-1] == "user"
 
 
 def test_userrl_evaluate_native_tools_with_the_tools_in_the_prompt(tmp_path: Path, monkeypatch, capsys):

@@ -224,7 +224,8 @@ def test_bad_input_exits_2_and_writes_nothing(tmp_path, capsys):
     assert "--passes must be >= 1" in printed()
     assert main([*base, "--gyms", "functoin"]) == 2
     assert "did you mean 'function'" in printed()
-    # A gym whose data is missing is skipped with a warning (GYMS.md 0.11); with none left there is nothing to do.
+    # A gym whose data is missing is skipped with a warning (docs/spec/GYMS.md §0.11); with none left there is
+    # nothing to do.
     missing = ["env.gyms=[{name: travel, source: userrl}]", f"env.data_root={tmp_path / 'nodata'}"]
     assert main([*base, *missing, "--policy", "openai:m@http://127.0.0.1:9/v1"]) == 2
     text = printed()

@@ -1,10 +1,10 @@
 """GRPO with `env.protocol: native_tools` on Tau (issue 18): the tiny model's messages are tool calls or speech to
 the scripted customer; the run warm-starts on the solver's native demonstrations (sft), trains end to end and every
-trajectory has the layout of spec ALGORITHMS.md 5.1.
+trajectory has the layout of docs/spec/ALGORITHMS.md §5.1.
 The tiny random model rarely ends a message within its token limit, so the customer is hardly called in that run;
 the second run teaches a copy to speak to the customer and plays against our loopback OpenAI-compatible customer
 (env.backend=openai): replies come back as user messages, ###STOP### ends an episode, and an empty reply is a failed
-call, counted per iteration and handled per env.role_failure (ALGORITHMS.md 5.1)."""
+call, counted per iteration and handled per env.role_failure (docs/spec/ALGORITHMS.md §5.1)."""
 
 import pytest
 from aiohttp import web
@@ -80,7 +80,7 @@ STOP_REPLY = "Thanks, that is all. ###STOP###"
 
 class LoopbackCustomer(LoopbackChatServer):
     """The customer over HTTP (env.backend=openai): its first reply is FIRST_REPLY; its second ends the conversation
-    with ###STOP### for the first task it hears of, and is empty (a failed call, 5.1) for any other task."""
+    with ###STOP### for the first task it hears of, and is empty (a failed call, §5.1) for any other task."""
 
     def __init__(self) -> None:
         self.tasks: list[str] = []  # the system prompts (one per task instruction), in the order first heard
@@ -148,7 +148,7 @@ def test_native_tools_trains_with_our_openai_compatible_customer(ray_local, tiny
     assert result["learner/trained_tokens"] > 0
     played = result["samples"]  # the aborted episodes are left out (training.drop_aborted)
     assert len(played) == 2 and not any(t.aborted for t in played)
-    for traj in played:  # ###STOP### ended the episode (5.1); both replies are user messages, outside the loss
+    for traj in played:  # ###STOP### ended the episode (§5.1); both replies are user messages, not trained
         traj.check()
         assert traj.stop_reason == "env_done" and traj.turns[-1].terminated
         replies = [m["content"] for m in traj.messages[2:] if m["role"] == "user"]

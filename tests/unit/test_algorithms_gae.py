@@ -1,6 +1,6 @@
-"""RAGEN's GAE estimators, whitening, critic loss and group filter (spec ALGORITHMS.md 4.1-4.9).
+"""RAGEN's GAE estimators, whitening, critic loss and group filter (docs/spec/ALGORITHMS.md §4.1-§4.9).
 
-Expectations come from the spec's worked numbers (4.6, 4.8), from hand computations written out in the
+Expectations come from the spec's worked numbers (§4.6, §4.8), from hand computations written out in the
 tests, or from the plain-Python oracles below: lists, loops and float64, transcribed from the spec's
 pseudo-code without anything from ``userrl.algorithms``.
 """
@@ -133,7 +133,7 @@ def oracle_weighted(r, v, m, gamma, lam, gamma_H, lam_H, w):
 
 
 def ragen_final_form(outcome, v, m, gamma, lam, gamma_H, lam_H):
-    """RAGEN's bi-level GAE for one outcome reward, written after its loops (not after the spec's 4.4).
+    """RAGEN's bi-level GAE for one outcome reward, written after its loops (not after the spec's §4.4).
 
     RAGEN finds turn starts as 0 -> 1 transitions of the mask from position 1 on, reads the outcome from
     the row's end, uses no turn reward before the last turn, and looks up the turn-level advantage by

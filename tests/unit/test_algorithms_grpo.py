@@ -1,4 +1,7 @@
-"""Multi-turn GRPO (spec ALGORITHMS.md 1.6, 1.7, 2): the worked example 2.7 number by number, then edge cases."""
+"""Multi-turn GRPO (docs/spec/ALGORITHMS.md §1.6, §1.7, §2).
+
+The worked example §2.7 number by number, then edge cases.
+"""
 
 from __future__ import annotations
 
@@ -153,7 +156,7 @@ def test_example_hand_check_mean_r2g():
 
 
 # ---------------------------------------------------------------------------------------------------
-# Scores and credits (2.2, 2.3)
+# Scores and credits (§2.2, §2.3)
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -194,7 +197,7 @@ def test_r2g_credit_is_zero_after_last_reward():
 
 
 # ---------------------------------------------------------------------------------------------------
-# Group normalization edge cases (2.4, 2.7, 1.7)
+# Group normalization edge cases (§2.4, §2.7, §1.7)
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -260,7 +263,7 @@ def test_groups_with_signal_keeps_the_groups_whose_scores_differ():
     advantages, _ = grpo_multiturn_advantages(rewards, groups, mask, turns, GRPOConfig(trajectory_score="sum"))
     rows = [advantages[i] for i in range(len(rewards))]
     # The oracle: a group teaches when its members' scores (the sums) are not all equal; a singleton has no
-    # baseline (spec 2.4: z = s / (1 + eps)), so it teaches when its score is not 0.
+    # baseline (docs/spec/ALGORITHMS.md §2.4: z = s / (1 + eps)), so it teaches when its score is not 0.
     members = {g: [sum(r) for r, h in zip(rewards, groups, strict=True) if h == g] for g in groups}
     expected = [i for i, g in enumerate(groups)
                 if len(set(members[g])) > 1 or (len(members[g]) == 1 and members[g][0] != 0)]
@@ -279,7 +282,7 @@ def test_example_group_statistics_show_signal():
 
 
 # ---------------------------------------------------------------------------------------------------
-# Token broadcast properties (2.5, 2.6)
+# Token broadcast properties (§2.5, §2.6)
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -323,7 +326,7 @@ def test_broadcast_rejects_mismatched_batch():
 
 
 # ---------------------------------------------------------------------------------------------------
-# Names and aliases (2.2, 2.8)
+# Names and aliases (§2.2, §2.8)
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -375,7 +378,7 @@ def test_unknown_credit_lists_valid_names():
 
 
 # ---------------------------------------------------------------------------------------------------
-# Reward placement for token-level estimators (1.6)
+# Reward placement for token-level estimators (§1.6)
 # ---------------------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""Multi-turn GRPO (spec ALGORITHMS.md 2.2-2.5) against an independent oracle on seeded random batches.
+"""Multi-turn GRPO (docs/spec/ALGORITHMS.md §2.2-§2.5) against an independent oracle on seeded random batches.
 
 The oracle is a plain-Python transcription of the spec's formulas: lists, loops and float64, nothing
 from ``userrl.algorithms``. The functions under test are only called; no expectation is built with
@@ -212,7 +212,7 @@ def assert_rows_close(actual: torch.Tensor, expected_rows, what):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Scores (2.2): exact, because a 4th-decimal difference in the mean decides ties within a group
+# Scores (§2.2): exact, because a 4th-decimal difference in the mean decides ties within a group
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -293,7 +293,7 @@ def test_gamma_hand_values(gamma, score, credits):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Credits, normalization and broadcast, one step at a time (2.3, 2.4, 2.5)
+# Credits, normalization and broadcast, one step at a time (§2.3, §2.4, §2.5)
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -320,7 +320,7 @@ def test_group_normalize_matches_oracle(seed, norm_by_std, eps):
         assert z.tolist() == pytest.approx(oracle_z(scores, group_ids, norm_by_std, eps), abs=TOL)
         for members in oracle_groups(group_ids):
             if len(members) > 1 and len({scores[i] for i in members}) == 1:
-                assert all(z[i] == 0.0 for i in members)  # exactly, not 1e-11 (2.4)
+                assert all(z[i] == 0.0 for i in members)  # exactly, not 1e-11 (§2.4)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -375,7 +375,7 @@ def test_grpo_multiturn_matches_oracle(seed, norm_by_std, gamma, credit, score):
             )
         # 2.6: rewards >= 0 give credits >= 0, so every advantage has the sign of z_b.
         assert all(float(advantages[b, t]) * z[b] >= 0 for t in range(len(row)))
-    # A group whose scores are all equal contributes nothing (2.6), exactly.
+    # A group whose scores are all equal contributes nothing (§2.6), exactly.
     for members in oracle_groups(group_ids):
         if len(members) > 1 and len({scores[i] for i in members}) == 1:
             assert all(torch.all(advantages[i] == 0) for i in members)

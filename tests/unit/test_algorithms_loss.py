@@ -1,4 +1,4 @@
-"""Policy loss, aggregation, KL, entropy and SFT loss (spec ALGORITHMS.md section 3, Appendix A)."""
+"""Policy loss, aggregation, KL, entropy and SFT loss (docs/spec/ALGORITHMS.md §3, Appendix A)."""
 
 from __future__ import annotations
 
@@ -107,7 +107,7 @@ def test_gradient_step_moves_logp_with_the_advantage(advantage):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Aggregation (3.2)
+# Aggregation (§3.2)
 # ---------------------------------------------------------------------------------------------------
 
 VALUES = torch.tensor([[1.0, 2.0, 3.0, 9.0], [4.0, 9.0, 9.0, 9.0], [9.0, 9.0, 9.0, 9.0]])
@@ -153,7 +153,7 @@ def test_empty_mask_gives_zero_loss_and_finite_gradient(mode):
 
 
 # ---------------------------------------------------------------------------------------------------
-# KL to a reference (3.3)
+# KL to a reference (§3.3)
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -193,7 +193,7 @@ def test_unknown_kl_lists_valid_kinds():
 
 
 # ---------------------------------------------------------------------------------------------------
-# Log-probabilities and entropy (1.4, 3.4)
+# Log-probabilities and entropy (§1.4, §3.4)
 # ---------------------------------------------------------------------------------------------------
 
 

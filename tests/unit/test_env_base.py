@@ -1,4 +1,7 @@
-"""The common env contract (GYMS.md 0.2-0.3, 0.8): parsing, the bridge, step rules, rng, timeouts, registry."""
+"""The common env contract (docs/spec/GYMS.md §0.2-§0.3, §0.8).
+
+Parsing, the bridge, step rules, rng, timeouts, registry.
+"""
 
 from __future__ import annotations
 
@@ -236,7 +239,7 @@ def test_reset_starts_a_fresh_episode() -> None:
     assert env.step("[answer] ok")[2] is True
 
 
-# ---------------------------------------------------------------- step timeouts and exceptions (0.8)
+# ---------------------------------------------------------------- step timeouts and exceptions (§0.8)
 
 
 def test_step_timeout_ends_and_closes_the_env() -> None:

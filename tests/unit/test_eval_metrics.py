@@ -1,4 +1,4 @@
-"""UserRL evaluation metrics (GYMS.md 0.10) on hand-worked numbers."""
+"""UserRL evaluation metrics (docs/spec/GYMS.md §0.10) on hand-worked numbers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""FunctionEnv and its safe evaluator (GYMS.md section 1): feedback strings, rewards, flags, spaces."""
+"""FunctionEnv and its safe evaluator (docs/spec/GYMS.md §1): feedback strings, rewards, flags, spaces."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""The contract every registered gym keeps (GYMS.md 0.2-0.3, 0.6-0.9): one parametrized test per rule.
+"""The contract every registered gym keeps (docs/spec/GYMS.md §0.2-§0.3, §0.6-§0.9).
 
-Gym-specific behaviour (feedback wording, rewards, roles) stays in tests/unit/test_<gym>_gym.py; what is
-the same for all eight lives here, checked on each gym's first builtin train task.
+One parametrized test per rule. Gym-specific behaviour (feedback wording, rewards, roles) stays in
+tests/unit/test_<gym>_gym.py; what is the same for all eight lives here, checked on each gym's first builtin
+train task.
 """
 
 from __future__ import annotations
@@ -165,7 +166,7 @@ def test_observations_lie_in_the_observation_space(name: str) -> None:
     assert env.action_space.contains("[answer] ∞ 中文")
 
 
-# ---------------------------------------------------------------- common step rules (0.3)
+# ---------------------------------------------------------------- common step rules (§0.3)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -231,7 +232,7 @@ def test_no_global_rng_is_touched(name: str) -> None:
         play_one_solved_episode(name)
 
 
-# ---------------------------------------------------------------- backends and roles (0.6, 0.7)
+# ---------------------------------------------------------------- backends and roles (§0.6, §0.7)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -288,7 +289,7 @@ def test_a_gym_without_roles_takes_no_client(name: str) -> None:
     assert make_env(name, first_task(name), backend="openai").role_backends == {}
 
 
-# ---------------------------------------------------------------- reward presets (0.9)
+# ---------------------------------------------------------------- reward presets (§0.9)
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -163,7 +163,7 @@ def advance(env: Any, name: str, task: Task, steps: int) -> bool:
 
 
 def is_think_call(name: str, action: str) -> bool:
-    """Whether the action calls Tau's `think` tool, whose observation is "" by specification (TAU_TOOLS.md)."""
+    """Whether the action calls Tau's `think` tool, whose observation is "" (docs/spec/TAU_TOOLS.md §2)."""
     choice, content = parse_action(action)
     call = parse_tool_call(content) if name == "tau" and choice == "answer" else None
     return call is not None and call.name == "think"
@@ -257,8 +257,9 @@ def native_message() -> st.SearchStrategy[str]:
 @given(task_index=st.integers(0, TASKS_PER_GYM - 1), prefix=st.integers(0, MAX_PREFIX),
        messages=st.lists(native_message(), min_size=ACTIONS_PER_EPISODE, max_size=ACTIONS_PER_EPISODE))
 def test_fuzzed_native_tool_messages_get_tau_feedback(task_index: int, prefix: int, messages: list[str]) -> None:
-    # Each message goes through the native_tools parser: a message without a well-formed call ends the
-    # episode (ALGORITHMS.md 5.1; the rollout counts it), every other one is one step with the gym's feedback.
+    # Each message goes through the native_tools parser: a message without a well-formed call ends
+    # the episode (docs/spec/ALGORITHMS.md §5.1; the rollout counts it), every other one is one step with
+    # the gym's feedback.
     task = copy.deepcopy(fuzz_tasks("tau")[task_index])
     env = make_env("tau", task, customer_failure="end")
     env.reset()

@@ -1,4 +1,7 @@
-"""The hierarchy-map curriculum (spec 5.2): threshold 0.9, best per (prompt, level), refresh every 3, checkpoint."""
+"""The hierarchy-map curriculum (docs/spec/ALGORITHMS.md §5.2).
+
+Threshold 0.9, best per (prompt, level), refresh every 3, checkpoint.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The sequential mode's task source (spec 5.2 "Optional curriculum") without Ray: what each step draws, how
-scored samples promote rows after the refresh step, the map's round trip through a checkpoint folder, the
-fixed mixture left as it was for every other gym, and the config's refusals."""
+"""The sequential mode's task source (docs/spec/ALGORITHMS.md §5.2 "Optional curriculum") without Ray: what
+each step draws, how scored samples promote rows after the refresh step, the map's round trip through a
+checkpoint folder, the fixed mixture left as it was for every other gym, and the config's refusals."""
 
 from __future__ import annotations
 

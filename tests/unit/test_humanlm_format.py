@@ -1,4 +1,7 @@
-"""HumanLM task format (spec 5.2): the field table, the 7x expansion, prompts, budget, strict/flexible parsing."""
+"""HumanLM task format (docs/spec/ALGORITHMS.md §5.2).
+
+The field table, the 7x expansion, prompts, budget, strict/flexible parsing.
+"""
 
 from __future__ import annotations
 
@@ -91,7 +94,8 @@ def test_sequential_mode_appends_earlier_blocks() -> None:
 
 def test_thinking_gives_every_field_the_1024_token_limit() -> None:
     task = UserReplyTask([make_row()], thinking=True)
-    assert THINKING_MAX_TOKENS == 1024  # spec 5.2: "Response limit 512 tokens (1024 with thinking)"
+    # docs/spec/ALGORITHMS.md §5.2: "Response limit 512 tokens (1024 with thinking)"
+    assert THINKING_MAX_TOKENS == 1024
     assert [task[i].max_tokens for i in range(7)] == [1024] * 7
     assert [UserReplyTask([make_row()])[i].max_tokens for i in range(7)] == [48] * 6 + [512]
 

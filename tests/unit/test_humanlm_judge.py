@@ -1,4 +1,7 @@
-"""HumanLM judging (spec 5.2): reply format, clamping, retries, aggregation and the ground-truth rule."""
+"""HumanLM judging (docs/spec/ALGORITHMS.md §5.2).
+
+Reply format, clamping, retries, aggregation and the ground-truth rule.
+"""
 
 from __future__ import annotations
 

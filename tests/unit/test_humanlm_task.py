@@ -1,6 +1,7 @@
 """The user-reply task family (issue 17 item 3) without Ray: config keys and their errors, the humanlm gym's
-tasks in both modes of spec 5.2, the user_reply protocol (opening, stop strings, one reply per episode)
-through the one episode loop, and the group scorer's rewards, counters and refusals to score silently."""
+tasks in both modes of docs/spec/ALGORITHMS.md §5.2, the user_reply protocol (opening, stop strings, one reply
+per episode) through the one episode loop, and the group scorer's rewards, counters and refusals to score
+silently."""
 
 from __future__ import annotations
 
@@ -217,8 +218,8 @@ def test_group_scorer_writes_rewards_and_counts_what_it_cannot_score(tokenizer):
     scorer = HumanLMGroupScorer(config)
     metrics = scorer.score(specs, trajs)
     rewards = {t.uid: t.episode_return for t in trajs}
-    # Strict parsing: a missing block and an empty value score 0 (spec 5.2); "junk" ended at its closing tag
-    # (the stop string), so it parses, and the judge gives its unrelated word 0.
+    # Strict parsing: a missing block and an empty value score 0 (docs/spec/ALGORITHMS.md §5.2); "junk" ended
+    # at its closing tag (the stop string), so it parses, and the judge gives its unrelated word 0.
     assert rewards["junk"] == rewards["empty"] == rewards["untagged"] == 0.0
     assert 0 < rewards["close"] < 1
     # The ground-truth rule: a copy of the real reply scores min(1, best other + 0.1).

@@ -1,4 +1,4 @@
-"""IntentionEnv (GYMS.md section 2): feedback strings, rewards, termination, scripted rules, the llm path."""
+"""IntentionEnv (docs/spec/GYMS.md §2): feedback strings, rewards, termination, scripted rules, llm path."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Structured output extraction and coercions for JSON-returning model roles (GYMS.md 0.6 steps 1-5)."""
+"""Structured output extraction and coercions for JSON-returning model roles.
+
+Spec: docs/spec/GYMS.md §0.6 steps 1-5.
+"""
 
 from __future__ import annotations
 

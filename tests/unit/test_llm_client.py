@@ -1,4 +1,7 @@
-"""OpenAIRoleClient over real HTTP, against a scripted OpenAI-compatible server on 127.0.0.1 (GYMS.md 0.6)."""
+"""OpenAIRoleClient over real HTTP, against a scripted OpenAI-compatible server on 127.0.0.1.
+
+Spec: docs/spec/GYMS.md §0.6.
+"""
 
 from __future__ import annotations
 
@@ -332,7 +335,7 @@ def test_cancelled_call_releases_its_slot(server: ScriptedServer) -> None:
 
     async def go() -> tuple[Any, RoleCall]:
         try:
-            # What an env step timeout does to a pending role call (GYMS.md 0.8).
+            # What an env step timeout does to a pending role call (docs/spec/GYMS.md §0.8).
             with pytest.raises(TimeoutError):
                 await asyncio.wait_for(client.complete_json("judge", "s", "u", dict), 0.3)
             return await asyncio.wait_for(client.complete_json("judge", "s", "u", dict), 5.0)

@@ -1,4 +1,7 @@
-"""env.protocol=native_tools on Tau (ALGORITHMS.md 5.1): the prompt, masks token by token, the customer, bad calls."""
+"""env.protocol=native_tools on Tau (docs/spec/ALGORITHMS.md §5.1).
+
+The prompt, masks token by token, the customer, bad calls.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""PersuadeEnv (GYMS.md section 3): stance ladder, rewards, feedback strings, scripted rubric, the llm path."""
+"""PersuadeEnv (docs/spec/GYMS.md §3): stance ladder, rewards, feedback strings, scripted rubric, llm path."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SearchEnv (GYMS.md section 4): feedback strings, rewards, search limits and backends, judges, spaces."""
+"""SearchEnv (docs/spec/GYMS.md §4): feedback strings, rewards, search limits, backends, judges, spaces."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ class StaticBackend:
 
 
 class FakeJudgeClient:
-    """A RoleClient double of an external model: canned raw replies, parsed like the real client (0.6)."""
+    """A RoleClient double of an external model: canned raw replies, parsed like the real client (§0.6)."""
 
     def __init__(self, replies: list[str], attempts: int = 3) -> None:
         self.replies = list(replies)

@@ -1,4 +1,4 @@
-"""TauEnv (GYMS.md section 5): actions, feedback strings, the τ reward, the scripted and llm customers, spaces."""
+"""TauEnv (docs/spec/GYMS.md §5): actions, feedback, the τ reward, the scripted and llm customers, spaces."""
 
 from __future__ import annotations
 

@@ -53,7 +53,7 @@ def all_tasks() -> list[dict[str, Any]]:
     return [userrl_task_data(item, TAU_ROOT, "tau json") for item in items.values()]
 
 
-# ---------------------------------------------------------------- reference hashes of TAU_TOOLS.md section 6
+# -------------------------------------------------------- reference hashes of docs/spec/TAU_TOOLS.md §6
 
 
 @pytest.mark.parametrize(
@@ -254,7 +254,7 @@ def test_every_gold_replay_is_stable_and_pinned(all_tasks: list[dict[str, Any]])
         # gold_hash replays once more on its own fresh copy (then caches): the replay is stable.
         assert db.base.gold_hash(task["actions"], replay_actions) == gold, task["id"]
         lines.append(f"{task['id']} {gold}\n")
-    # TAU_TOOLS.md section 5: 24 failing gold calls in the retail test split and none in airline.
+    # docs/spec/TAU_TOOLS.md §5: 24 failing gold calls in the retail test split and none in airline.
     assert errors["retail-test"] == 24 and errors["airline-test"] == 0
     digest = hashlib.sha256("".join(lines).encode()).hexdigest()
     assert digest == GOLD_DIGEST, digest

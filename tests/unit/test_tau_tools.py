@@ -1,4 +1,4 @@
-"""τ-bench tools over tiny hand-made databases (TAU_TOOLS.md sections 0-4, 6): messages, changes, hashing."""
+"""τ-bench tools over tiny hand-made databases (docs/spec/TAU_TOOLS.md §0-§4, §6): messages, changes, hash."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""TelepathyEnv (GYMS.md section 6): feedback strings, rewards, termination, scripted and llm roles."""
+"""TelepathyEnv (docs/spec/GYMS.md §6): feedback strings, rewards, termination, scripted and llm roles."""
 
 from __future__ import annotations
 

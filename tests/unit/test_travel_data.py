@@ -365,7 +365,7 @@ def test_userrl_loader_missing_parquet_and_bad_split(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- the original data (skipped when absent)
 
-#: GYMS.md section 7: rows per sub-set in train, test, alltrain and alltest.
+#: docs/spec/GYMS.md §7: rows per sub-set in train, test, alltrain and alltest.
 ORIGINAL_ROWS = {
     "22": (570, 101, 199, 50),
     "33": (489, 87, 171, 43),

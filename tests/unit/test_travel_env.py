@@ -1,4 +1,4 @@
-"""TravelEnv (GYMS.md section 7) on a hand-written fixture scenario: feedback, rewards, presets, scripted
+"""TravelEnv (docs/spec/GYMS.md §7) on a hand-written fixture scenario: feedback, rewards, presets, scripted
 roles, the llm path with a fake RoleClient, termination, spaces and fuzzing."""
 
 from __future__ import annotations

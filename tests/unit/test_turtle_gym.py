@@ -1,4 +1,4 @@
-"""TurtleEnv (GYMS.md section 8): feedback strings, rewards, termination, flags, scripted and llm roles."""
+"""TurtleEnv (docs/spec/GYMS.md §8): feedback strings, rewards, termination, flags, scripted, llm roles."""
 
 from __future__ import annotations
 

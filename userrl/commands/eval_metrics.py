@@ -1,4 +1,4 @@
-"""UserRL evaluation metrics (spec GYMS.md 0.10) over per-episode rows; pure polars, no Ray.
+"""UserRL evaluation metrics (docs/spec/GYMS.md §0.10) over per-episode rows; pure polars, no Ray.
 
 One row per played episode, with the columns of `EPISODE_SCHEMA`. Aborted episodes (env or engine
 failures) are counted per gym and excluded from every metric; an item whose passes all aborted drops

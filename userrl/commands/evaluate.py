@@ -1,4 +1,4 @@
-"""`userrl evaluate`: play every test item x pass of each gym and report the UserRL metrics (GYMS.md 0.10).
+"""`userrl evaluate`: every test item x pass of each gym, and the UserRL metrics (docs/spec/GYMS.md §0.10).
 
 A checkpoint or a configured model plays through the usual replicas and env runners (an EnvRunnerGroup,
 no learners); `--policy openai:MODEL@URL` plays message-level episodes against any OpenAI-compatible
@@ -127,7 +127,7 @@ def resolve_gyms(config: UserRLConfig, gyms: str | None) -> list[GymSpec]:
 
 
 def load_plan_tasks(config: UserRLConfig, specs: list[GymSpec]) -> tuple[dict[str, list[Task]], dict[str, str]]:
-    """Test tasks per gym (the first max_episodes_per_gym items); gyms without data are skipped (0.11)."""
+    """Test tasks per gym (the first max_episodes_per_gym items); gyms without data are skipped (§0.11)."""
     cap = config.evaluation.max_episodes_per_gym
     tasks, skipped = {}, {}
     for spec in specs:
@@ -135,7 +135,7 @@ def load_plan_tasks(config: UserRLConfig, specs: list[GymSpec]) -> tuple[dict[st
         try:
             found = load_tasks(spec.name, split=spec.split, source=spec.source, data_root=config.env.data_root,
                                **filters)
-        except OSError as error:  # missing data files (FileNotFoundError, TravelDataUnavailable): skip (0.11)
+        except OSError as error:  # missing data (FileNotFoundError, TravelDataUnavailable): skip (§0.11)
             skipped[spec.name] = f"{type(error).__name__}: {error}"
             continue
         if not found:

@@ -1,11 +1,11 @@
 """`userrl export`: a training checkpoint -> a plain Hugging Face folder that transformers and vLLM load as is.
 
-The folder holds safetensors weights, config, generation config (the chat end-of-turn token as a stop
-token), the tokenizer, and a chat template that renders OpenAI-style `tools` and assistant `tool_calls`
-exactly as training rendered the checkpoint's action protocol (userrl.chat_template; spec ALGORITHMS.md 1.2):
-a client that passes `tools=[TOOL_SCHEMA]` (tool_call) or the gym's tool schemas (native_tools) to
-`apply_chat_template`, or to vLLM's chat endpoint, sees the prompts the policy was trained on.
-`userrl.json` records the action protocol and where the weights came from.
+The folder holds safetensors weights, config, generation config (the chat end-of-turn token as a stop token),
+the tokenizer, and a chat template that renders OpenAI-style `tools` and assistant `tool_calls` exactly as
+training rendered the checkpoint's action protocol (userrl.chat_template; docs/spec/ALGORITHMS.md §1.2): a
+client that passes `tools=[TOOL_SCHEMA]` (tool_call) or the gym's tool schemas (native_tools) to
+`apply_chat_template`, or to vLLM's chat endpoint, sees the prompts the policy was trained on. `userrl.json`
+records the action protocol and where the weights came from.
 """
 
 from __future__ import annotations

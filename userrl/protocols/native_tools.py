@@ -1,5 +1,6 @@
-"""`native_tools` (MUA-RL's episode, ALGORITHMS.md 5.1): the gym's own tools as function schemas, on the gym's
-own prompt; each assistant message calls one tool (a `<tool_call>` block) or speaks plain text to the user.
+"""`native_tools` (MUA-RL's episode, docs/spec/ALGORITHMS.md §5.1): the gym's own tools as function schemas,
+on the gym's own prompt; each assistant message calls one tool (a `<tool_call>` block) or speaks plain text
+to the user.
 
 Tool schemas reach the prompt through the chat template's `tools` argument when the template renders it, and
 are otherwise written into the system message (SmolLM2's template ignores `tools`)."""
@@ -38,8 +39,8 @@ def parse_native_tools(text: str) -> ParsedTurn:
     """One native-tools message: its well-formed `<tool_call>` blocks, or plain text for the user.
 
     A message with any `<tool_call>` block is a tool message (its other text goes nowhere); when no block
-    holds a well-formed call it has no call, which ends the episode (ALGORITHMS.md 5.1). An empty plain
-    message has no call either: there is nothing to send to the user.
+    holds a well-formed call it has no call, which ends the episode (docs/spec/ALGORITHMS.md §5.1). An empty
+    plain message has no call either: there is nothing to send to the user.
     """
     text = strip_think(text)
     if "<tool_call>" not in text:

@@ -1,4 +1,4 @@
-"""Airline tools (TAU_TOOLS.md section 4): checks, messages and database changes in upstream's exact order."""
+"""Airline tools (docs/spec/TAU_TOOLS.md §4): checks, messages and database changes in upstream's order."""
 
 from __future__ import annotations
 

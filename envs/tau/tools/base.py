@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-#: Every failed check of a tool returns a string with this prefix (TAU_TOOLS.md section 0).
+#: Every failed check of a tool returns a string with this prefix (docs/spec/TAU_TOOLS.md §0).
 ERROR_PREFIX = "Error: "
 
 
@@ -50,5 +50,5 @@ class Tool:
 
 
 def dumps(value: Any) -> str:
-    """A tool's JSON observation: Python json.dumps with default settings (TAU_TOOLS.md section 0)."""
+    """A tool's JSON observation: Python json.dumps with default settings (docs/spec/TAU_TOOLS.md §0)."""
     return json.dumps(value)

@@ -1,4 +1,4 @@
-"""Retail tools (TAU_TOOLS.md section 3): checks, messages and database changes in upstream's exact order.
+"""Retail tools (docs/spec/TAU_TOOLS.md §3): checks, messages and database changes in upstream's exact order.
 
 The statement order matters beyond the error messages: which check runs first decides the message, and
 float arithmetic is reproduced operation by operation because unrounded sums end up in the state hash.

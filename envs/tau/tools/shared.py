@@ -1,4 +1,4 @@
-"""Tools present in both domains: calculate, think, transfer_to_human_agents (TAU_TOOLS.md section 2), and
+"""Tools present in both domains: calculate, think, transfer_to_human_agents (docs/spec/TAU_TOOLS.md §2), and
 get_user_details with the record lookup the domains' read-only tools share."""
 
 from __future__ import annotations
