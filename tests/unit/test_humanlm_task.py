@@ -18,7 +18,7 @@ from userrl.humanlm.fields import FIELD_NAMES
 from userrl.humanlm.judge import JudgeOutcome
 from userrl.rollout import RolloutLimits, TokenPolicy, cut_at_stop_strings, new_trajectory, run_episode
 
-# userrl.humanlm.env registers the gym when first asked for (envs/registry.EXTERNAL_GYMS); importing it at
+# userrl.humanlm.env registers the gym when first asked for (HumanLM's plug-in, userrl/plugins.py); importing it at
 # module level here would add `humanlm` to GYMS before the agent gyms' parametrized tests are collected.
 
 
