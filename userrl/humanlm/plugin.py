@@ -8,9 +8,15 @@ from __future__ import annotations
 
 import importlib
 
+from userrl.commands.registry import register_command
+
 
 def register() -> None:
     """Register HumanLM's gym, protocol, group scorer, task source, SFT source, user format, config section
     and commands."""
     for module in ("userrl.humanlm.env", "userrl.humanlm.protocol"):
         importlib.import_module(module)  # each registers itself at import
+    from userrl.humanlm.commands import COMMANDS
+
+    for command in COMMANDS:
+        register_command(command)
