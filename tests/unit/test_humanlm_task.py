@@ -281,7 +281,7 @@ def test_sft_demonstrations_are_the_rows_real_replies_in_the_strict_format(token
     """sft.source=rows: the prompt the rollout renders for the item, then the row's ground truth as the one
     tag block of the item's field (no end-of-turn token: the rollout cuts a reply after its closing tag)."""
     from userrl.envs import make_env
-    from userrl.sft import user_reply_demonstrations
+    from userrl.humanlm.sft import user_reply_demonstrations
 
     chat = ChatFormat(tokenizer, "user_reply")
     task = _tasks(_config(mode="response_only"), "test")[0]  # the first Persuade test row, turn 1

@@ -13,7 +13,8 @@ from userrl.actors.policy_replica import PolicyReplica
 from userrl.envs import load_tasks, make_env, tool_call_to_action
 from userrl.envs.persuade.roles import FALLBACK_REPLY, stance_in_text
 from userrl.humanlm.data import SEED, _task_seed, load_rows
-from userrl.users import HumanLMUserClient, resolve_user_model
+from userrl.humanlm.user import HumanLMUserClient
+from userrl.users import resolve_user_model
 
 CHOICE = {"persuade": "answer", "intention": "action"}
 

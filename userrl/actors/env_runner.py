@@ -40,7 +40,7 @@ def accepts_llm(gym: str) -> bool:
 def make_user_client(backend: str, llm: dict[str, Any] | None, user_replicas: list[Any] | None,
                      tokenizer_path: str | None, user_format: str = "plain") -> Any:
     """The RoleClient behind the gyms' simulated users and judges (None for the scripted backend); for
-    backend local, `user_format` humanlm asks the user replicas in HumanLM's format (env.local_user_format)."""
+    backend local, the registered `user_format` (env.local_user_format) says how the user replicas are asked."""
     if backend == "openai":
         from userrl.envs.openai_client import make_role_client
 
@@ -48,12 +48,11 @@ def make_user_client(backend: str, llm: dict[str, Any] | None, user_replicas: li
     if backend == "local":
         from transformers import AutoTokenizer
 
-        from userrl.users import HumanLMUserClient, ReplicaRoleClient
+        from userrl.users import user_client_class
 
         if not user_replicas or tokenizer_path is None:
             raise ValueError("env.backend=local needs user replicas (started by the Algorithm)")
-        client = HumanLMUserClient if user_format == "humanlm" else ReplicaRoleClient
-        return client(user_replicas, AutoTokenizer.from_pretrained(tokenizer_path))
+        return user_client_class(user_format)(user_replicas, AutoTokenizer.from_pretrained(tokenizer_path))
     return None
 
 

@@ -36,6 +36,8 @@ class UserReplyEnv(MultiTurnEnv):
     gym_name: ClassVar[str] = GYM_NAME
     allowed_choices: ClassVar[tuple[str, ...]] = ("answer",)
     user_reply_task: ClassVar[bool] = True
+    group_scorer: ClassVar[str | None] = "humanlm"
+    config_section: ClassVar[str | None] = "humanlm"
 
     def _load_task(self, task: Task) -> None:
         missing = [key for key in ("row", "field", "messages") if key not in task.data]
