@@ -265,7 +265,7 @@ class PolicyConfig(_Section):
     dtype: Dtype = Field("float32", description="Weights of the replicas' engine.")
     max_new_tokens: int = Field(
         64, ge=1, description="Cap on sampled tokens per assistant turn. A task with a token limit of its own "
-        "(Task.max_new_tokens: a HumanLM field's, 48 for a latent field and 512 for the response) samples at most "
+        "(Task.max_new_tokens, e.g. a user simulator's 48 for a latent state) samples at most "
         "the smaller of the two: this cap always wins, so a small machine can lower every limit at once.")
     max_model_len: int = Field(2048, ge=16, description="Prompt + response token budget per episode.")
     max_response_len: int = Field(1536, ge=1, description="Response (all turns and tool outputs) budget.")
