@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from userrl.config import ConfigSection, UserRLConfig
+from userrl.protocols import get_protocol
 
 
 class HumanLMConfig(ConfigSection):
@@ -93,8 +94,6 @@ class HumanLMConfig(ConfigSection):
 
     def check(self, config: UserRLConfig) -> None:
         """The curriculum draws every task itself; a user-reply task is warm started from its rows, only it."""
-        from userrl.protocols import get_protocol
-
         if self.curriculum and [g.name for g in config.env.gyms] != ["humanlm"]:
             raise ValueError(
                 f"humanlm.curriculum=true draws every training task from the hierarchy map: env.gyms must be the "

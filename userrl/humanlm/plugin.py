@@ -1,7 +1,7 @@
 """HumanLM's plug-in entry point (pyproject: `[project.entry-points."userrl.plugins"] humanlm`).
 
 `register()` adds HumanLM to userrl's registries: the `humanlm` gym and the `user_reply` protocol (their
-modules register themselves when imported), the `humanlm` config section, group scorer and task source (the
+modules register themselves when this one imports them), the `humanlm` config section, group scorer and task source (the
 hierarchy-map curriculum), the `rows` SFT source, the `humanlm` user format and the `train-user` /
 `evaluate-user` commands. Registering stays light (no Ray, no torch): the scorer and the task source are
 built by factories that import their modules when a run asks for them.
@@ -9,12 +9,16 @@ built by factories that import their modules when a run asks for them.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from userrl.commands.registry import register_command
 from userrl.config import UserRLConfig, register_config_section
 from userrl.group_scorers import register_group_scorer
+from userrl.humanlm import env, protocol  # noqa: F401 - each registers itself (the gym, the protocol) at import
+from userrl.humanlm.commands import COMMANDS
+from userrl.humanlm.config import HumanLMConfig
+from userrl.humanlm.sft import rows_source
+from userrl.humanlm.user import HumanLMUserClient
 from userrl.sft import register_sft_source
 from userrl.task_sources import register_task_source
 from userrl.users import register_user_format
@@ -41,13 +45,6 @@ def _curriculum(config: UserRLConfig) -> Any:
 def register() -> None:
     """Register HumanLM's gym, protocol, config section, group scorer, task source, SFT source, user format
     and commands."""
-    for module in ("userrl.humanlm.env", "userrl.humanlm.protocol"):
-        importlib.import_module(module)  # each registers itself at import
-    from userrl.humanlm.commands import COMMANDS
-    from userrl.humanlm.config import HumanLMConfig
-    from userrl.humanlm.sft import rows_source
-    from userrl.humanlm.user import HumanLMUserClient
-
     register_config_section(NAME, HumanLMConfig)
     register_group_scorer(NAME, _group_scorer)
     register_task_source(NAME, _curriculum)
