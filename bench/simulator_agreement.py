@@ -54,7 +54,8 @@ from userrl.humanlm.data import SEED, _task_seed, load_rows
 from userrl.humanlm.format import parse_strict
 from userrl.humanlm.judge import ScriptedJudge, score_group
 from userrl.humanlm.row import Row
-from userrl.users import HumanLMUserClient, resolve_user_model
+from userrl.humanlm.user import HumanLMUserClient
+from userrl.users import resolve_user_model
 
 GYMS = ("persuade", "intention")
 CHOICE = {"persuade": "answer", "intention": "action"}

@@ -62,8 +62,8 @@ class Task:
     split: str = "train"
     difficulty: int | None = None
     source: str = "builtin"
-    #: This task's own cap on the tokens one agent turn may sample (e.g. a HumanLM field's 48 or 512); the
-    #: episode loop samples at most the smaller of it and the policy's `policy.max_new_tokens`. None: the
+    #: This task's own cap on the tokens one agent turn may sample (e.g. a user simulator's 48 for a latent
+    #: state); the episode loop samples at most the smaller of it and the policy's `policy.max_new_tokens`. None: the
     #: policy's cap alone.
     max_new_tokens: int | None = None
 
@@ -238,10 +238,16 @@ class MultiTurnEnv(gymnasium.Env):
     #: overrides `tool_schemas` and `native_prompt`, and reports each step that called a tool in info["tool_call"]
     #: (see INVALID_TOOL_CALL).
     exposes_tools: ClassVar[bool] = False
-    #: Whether the gym is a single-turn user-reply task (HumanLM, `env.protocol: user_reply`): its opening is
-    #: `native_prompt()`, its step only records the reply, and the reward is written after the rollout by a
-    #: group scorer that judges all of a group's replies together (userrl/humanlm/scoring.py).
+    #: Whether the gym is a single-turn user-reply task (a user simulator's, played with a protocol whose
+    #: `user_replies` is true): its opening is `native_prompt()`, its step only records the reply, and the
+    #: reward is written after the rollout by its `group_scorer`, which judges a group's replies together.
     user_reply_task: ClassVar[bool] = False
+    #: The registered group scorer (userrl/group_scorers.py) that writes this gym's rewards after each
+    #: rollout, or None when its env steps reward the episodes themselves.
+    group_scorer: ClassVar[str | None] = None
+    #: The plug-in config section (userrl/config.register_config_section) whose `task_options` this gym's
+    #: task loader takes, or None when it takes none.
+    config_section: ClassVar[str | None] = None
     #: Gym keywords that `env.protocol: native_tools` implies (the gym's own rules for native episodes).
     native_tools_kwargs: ClassVar[Mapping[str, Any]] = {}
     #: Reward preset -> the gym keywords it sets (0.9); a keyword the caller gives (not None) wins.

@@ -99,8 +99,8 @@ class UserBackend(RoleClient, Protocol):
 
 @runtime_checkable
 class PersonaUserClient(Protocol):
-    """A RoleClient that plays a user from a persona and the conversation (a HumanLM simulator): the gyms
-    that have a HumanLM persona (persuade, intention) ask it this way instead of their JSON role prompt."""
+    """A RoleClient that plays a user from a persona and the conversation (a trained user simulator): the gyms
+    that have a persona (persuade, intention) ask it this way instead of their JSON role prompt."""
 
     async def complete_user(
         self,
@@ -110,16 +110,17 @@ class PersonaUserClient(Protocol):
         fields: Sequence[str],
         seed: int | None = None,
     ) -> tuple[dict[str, str] | None, RoleCall]:
-        """The user's next message as one text per HumanLM field (e.g. ("stance", "response")), given its
+        """The user's next message as one text per field (e.g. ("stance", "response")), given its
         persona and the conversation so far (`user_turn_context`); None when every attempt failed."""
         ...
 
 
 def user_turn_context(opening: str, exchanges: Sequence[tuple[str, str]], latest: str) -> list[dict[str, str]]:
-    """The conversation as the simulated user sees it, in HumanLM's roles (spec 5.2, assistant-chat data):
+    """The conversation as the simulated user sees it, in a user simulator's roles (the user is the simulator, the assistant the agent):
     the user's opening message, each (agent message, user reply) exchange, then the agent's latest message.
 
-    The rows recorded from our gyms (userrl/humanlm/data.py) and a HumanLM-format user both use this."""
+    The rows a user simulator is trained on, when recorded from our gyms, and the simulator playing them
+    both use this."""
     context = [{"role": "user", "content": opening}]
     for message, reply in exchanges:
         context += [{"role": "assistant", "content": message}, {"role": "user", "content": reply}]

@@ -18,6 +18,7 @@ import numpy as np
 
 from userrl.envs.base import MultiTurnEnv, Task
 from userrl.envs.solving import NativeToolsSolver, Solver, play_episode
+from userrl.plugins import load_plugins
 
 logger = logging.getLogger(__name__)
 
@@ -100,15 +101,11 @@ def _unknown(name: str, known: Mapping[str, Any], what: str = "gym") -> ValueErr
     return ValueError(f"unknown {what} {name!r}; known: {', '.join(sorted(known))}{hint}")
 
 
-#: Gyms whose module lives outside userrl.envs (so `discover_gyms` and the per-gym tests leave them out):
-#: imported, and so registered, the first time one is asked for (in every process: env runners too).
-EXTERNAL_GYMS: dict[str, str] = {"humanlm": "userrl.humanlm.env"}
-
-
 def gym_record(name: str) -> GymRecord:
-    """The record of gym `name` (ValueError with a suggestion when unknown)."""
-    if name not in RECORDS and name in EXTERNAL_GYMS:
-        importlib.import_module(EXTERNAL_GYMS[name])
+    """The record of gym `name` (ValueError with a suggestion when unknown); plug-ins' gyms are registered
+    on the first lookup of a name not built in (in every process: env runners too)."""
+    if name not in RECORDS:
+        load_plugins()
     if name not in RECORDS:
         raise _unknown(name, RECORDS)
     return RECORDS[name]

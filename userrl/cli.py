@@ -1,11 +1,10 @@
-"""`userrl` command line: train, sft, evaluate, train-user, evaluate-user, sweep, report, export, serve, play,
-config show."""
+"""`userrl` command line: train, sft, evaluate, sweep, report, export, serve, play, config show, and the
+plug-ins' commands (userrl/commands/registry.py)."""
 
 from __future__ import annotations
 
 import argparse
 import logging
-import math
 import os
 import signal
 import sys
@@ -15,37 +14,15 @@ from typing import Any
 
 from rich.console import Console
 
+from userrl.commands.registry import add_config_arguments, registered_commands
 from userrl.config import ConfigError, UserRLConfig, load_config
-from userrl.progress import progress_bars
+from userrl.progress import print_result, progress_bars
 
 console = Console()
 
 
 def _progress(result: dict[str, Any]) -> None:
-    if result["phase"] == "sft":
-        console.print(f"[cyan]sft[/] epoch {result['sft/epoch']} step {result['sft/step']:>3}  "
-                      f"loss {result['sft/loss']:.4f}  {result['time/sft_step_s']:.1f}s")
-        return
-    if result["phase"] == "eval":
-        console.print(f"[magenta]eval[/] at iteration {result['iteration']}: reward "
-                      f"{result.get('eval/reward_mean', math.nan):.3f}  success {result.get('eval/success_rate', math.nan):.2f}"
-                      f"  valid {result.get('eval/valid_action_rate', math.nan):.2f}")
-        return
-    r = {"rollout/reward_mean": math.nan, "rollout/reward_std": math.nan, "rollout/success_rate": math.nan,
-         "rollout/valid_action_rate": math.nan, "rollout/turns_mean": math.nan, **result}  # all aborted: no means
-    console.print(
-        f"[bold]iter {r['iteration']:>3}[/]  reward {r['rollout/reward_mean']:.3f}±{r['rollout/reward_std']:.3f}  "
-        f"success {r['rollout/success_rate']:.2f}  valid {r['rollout/valid_action_rate']:.2f}  "
-        f"turns {r['rollout/turns_mean']:.1f}  gen {r['rollout/tokens_per_s']:.0f} tok/s  "
-        f"train {r['learner/tokens_per_s']:.0f} tok/s  | rollout {r['time/rollout_s']:.1f}s  "
-        f"adv {r['time/advantages_s']:.2f}s  update {r['time/update_s']:.1f}s  sync {r['time/weight_sync_s']:.1f}s  "
-        f"learner mem {r['memory/learner_rss_gb']:.1f} GB"
-        + (f"  | eval reward {r['eval/reward_mean']:.3f}" if "eval/reward_mean" in r else "")
-        + (f"  | aborted {r['rollout/aborted']:.0f}" if r.get("rollout/aborted") else "")
-        + (f"  restarts {r['rollout/env_runner_restarts'] + r['rollout/replica_restarts']:.0f}, re-run "
-           f"{r['rollout/rerun_episodes']:.0f}" if r.get("rollout/env_runner_restarts") or r.get("rollout/replica_restarts")
-           else "")
-    )
+    print_result(console, result)
 
 
 #: fit's progress events (userrl/algorithm.py `progress_event`): the bar's label, and whether the work
@@ -141,20 +118,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return cli_evaluate(args, console)
 
 
-def cmd_train_user(args: argparse.Namespace) -> int:
-    """Train a user simulator (HumanLM) with GRPO on judge scores."""
-    from userrl.commands.train_user import cli_train_user
-
-    return cli_train_user(args, console)
-
-
-def cmd_evaluate_user(args: argparse.Namespace) -> int:
-    """Score a user simulator per field on the test split."""
-    from userrl.commands.train_user import cli_evaluate_user
-
-    return cli_evaluate_user(args, console)
-
-
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Run (or resume) a Ray Tune sweep described by a sweep file."""
     from userrl.commands.sweep import cli_sweep
@@ -219,15 +182,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name, func, help_text in [("train", cmd_train, "GRPO-multiturn training"),
                                   ("sft", cmd_sft, "supervised warm start only"),
-                                  ("evaluate", cmd_evaluate, "evaluate a policy or checkpoint"),
-                                  ("train-user", cmd_train_user,
-                                   "train a user simulator (HumanLM: judge-scored replies and latent states)"),
-                                  ("evaluate-user", cmd_evaluate_user,
-                                   "per-field judge scores and valid rates of a user simulator")]:
+                                  ("evaluate", cmd_evaluate, "evaluate a policy or checkpoint")]:
         p = sub.add_parser(name, help=help_text)
-        p.add_argument("--config", help="YAML config file")
-        p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. training.lr=1e-6")
+        add_config_arguments(p)
         p.set_defaults(func=func)
+    for command in registered_commands():  # the plug-ins' subcommands (userrl/commands/registry.py)
+        p = sub.add_parser(command.name, help=command.help)
+        command.add_arguments(p)
+        p.set_defaults(func=lambda args, run=command.run: run(args, console))
     play_parser = sub.add_parser("play", help="play the agent's side of a gym in the terminal")
     play_parser.add_argument("gym", help="gym name, e.g. function, travel, turtle")
     play_parser.add_argument("--split", default="test")
@@ -237,15 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
     play_parser.add_argument("--source", default="builtin", choices=["builtin", "userrl"])
     play_parser.add_argument("--data-root", help="original UserRL data folder (source userrl)")
     play_parser.set_defaults(func=cmd_play)
-    for name in ("train", "train-user"):
-        sub.choices[name].add_argument("--resume", help="checkpoint folder to resume from")
+    sub.choices["train"].add_argument("--resume", help="checkpoint folder to resume from")
     _evaluate_arguments(sub.choices["evaluate"])
-    eval_user = sub.choices["evaluate-user"]
-    eval_user.add_argument("--checkpoint", help="checkpoint folder (default: the configured policy.model)")
-    eval_user.add_argument("--split", help="split to score (default evaluation.split = test)")
-    eval_user.add_argument("--max-rows", type=int, help="the first N rows (every field of each)")
-    eval_user.add_argument("--temperature", type=float, help="sampling temperature (default evaluation.temperature)")
-    eval_user.add_argument("--out", help="output folder (default <output_dir>/<name>/eval_user/<model>-<split>-T<t>)")
 
     sweep_parser = sub.add_parser("sweep", help="Ray Tune sweep (e.g. experiments/sweeps/credit_assignment.yaml)")
     sweep_parser.add_argument("sweep_file", help="sweep YAML: base config, grid and Tune settings")
@@ -300,7 +255,7 @@ def _evaluate_arguments(parser: argparse.ArgumentParser) -> None:
                         "<output_dir>/<name>/eval/<checkpoint or model>)")
 
 
-_WHAT_STAYS = ("what was written stays (train and train-user resume from their last checkpoint with --resume; "
+_WHAT_STAYS = ("what was written stays (training commands resume from their last checkpoint with --resume; "
                "evaluate reuses its finished shards)")
 
 

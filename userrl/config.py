@@ -10,6 +10,7 @@ import dataclasses
 import difflib
 import os
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, get_type_hints
 
@@ -37,6 +38,7 @@ from userrl.algorithms.settings import (  # torch-free: the CLI starts without t
 )
 from userrl.engines.select import EngineName
 from userrl.errors import ConfigError
+from userrl.plugins import load_plugins
 
 
 class _Section(BaseModel):
@@ -90,8 +92,8 @@ class EnvConfig(_Section):
         "tool_call", description="How the policy acts, a registered action protocol (userrl.protocols): bracket: "
         "`[answer] 42` lines, tool_call: interact_with_env tool calls, "
         "native_tools: the gym's own tools as function calls and plain text to the user (gyms that expose tools, "
-        "e.g. tau; MUA-RL's episode), or user_reply: the message is a simulated user's reply in HumanLM's tag "
-        "blocks (the humanlm gym; `userrl train-user`)."
+        "e.g. tau; MUA-RL's episode), or a plug-in's (e.g. user_reply: the message is a simulated user's reply, "
+        "for a plug-in's user-reply gym)."
     )
 
     @field_validator("protocol")
@@ -130,15 +132,24 @@ class EnvConfig(_Section):
         "auto", description="Engine of the local user replicas (backend local): auto (vllm where it runs the "
         "model, else hf), hf or vllm, as policy.engine; a vllm user replica takes policy.vllm's engine settings "
         "but sleep_mode and weight_sync.")
-    local_user_format: Literal["plain", "humanlm"] = Field(
-        "plain", description="How the local user model is asked (backend local): plain: the gyms' own role "
-        "prompts (JSON replies); humanlm: a user simulator (e.g. a `userrl train-user` checkpoint) asked in "
-        "HumanLM's format, the training rows' persona and conversation, its reply read from the <response> "
-        "block (Persuade's stance from a <stance> block); gyms without a HumanLM persona use the plain prompts.")
+    local_user_format: str = Field(
+        "plain", description="How the local user model is asked (backend local), a registered user format "
+        "(userrl.users): plain: the gyms' own role prompts (JSON replies); or a plug-in's, e.g. a user simulator "
+        "trained by the plug-in asked in its own format with the gym's persona and the conversation (gyms "
+        "without a persona use the plain prompts).")
     user_cache: bool = Field(
         False, description="Keep the simulated users' and judges' replies (backends local and openai) in an LRU "
         "per env runner, keyed by (user model, version, the role's whole prompt, seed): a hit is what asking "
         "again would have sampled; rollout/user_cache_hit_rate says how often it answered.")
+
+    @field_validator("local_user_format")
+    @classmethod
+    def _registered_user_format(cls, value: str) -> str:
+        from userrl.users import user_client_class
+
+        user_client_class(value)  # ValueError naming the known formats
+        return value
+
     role_failure: Literal["abort", "fallback"] = Field(
         "abort", description="A simulated user's or judge's call that still fails after its retries: abort "
         "(the episode is aborted, counted per gym and left out of the update) or fallback (the gym's "
@@ -147,17 +158,17 @@ class EnvConfig(_Section):
     @model_validator(mode="after")
     def _protocol_fits_gyms(self) -> EnvConfig:
         from userrl.envs.registry import GYMS, get_gym
-        from userrl.protocols import get_protocol
+        from userrl.protocols import get_protocol, protocol_names
 
         protocol = get_protocol(self.protocol)
         replies = [spec.name for spec in self.gyms if get_gym(spec.name).user_reply_task]
         others = [spec.name for spec in self.gyms if spec.name not in replies]
         if protocol.user_replies and others:
-            raise ValueError(f"env.protocol={self.protocol} plays only user-reply tasks (the humanlm gym), not "
+            raise ValueError(f"env.protocol={self.protocol} plays only user-reply tasks, not "
                              f"{others}; train agents and simulators in separate runs")
         if replies and not protocol.user_replies:
-            raise ValueError(f"env.gyms {replies} are user-reply tasks: set env.protocol=user_reply "
-                             "(`userrl train-user` does)")
+            fitting = [name for name in protocol_names() if get_protocol(name).user_replies]
+            raise ValueError(f"env.gyms {replies} are user-reply tasks: set env.protocol={' or '.join(fitting)}")
         if replies and self.max_turns != 1:
             raise ValueError(f"env.max_turns={self.max_turns}: a user-reply task is one reply; set env.max_turns=1")
         without = [spec.name for spec in self.gyms if protocol.needs_gym_tools and not get_gym(spec.name).exposes_tools]
@@ -166,87 +177,6 @@ class EnvConfig(_Section):
             raise ValueError(
                 f"env.protocol={self.protocol} needs gyms that expose tools, but {without} expose none; gyms "
                 f"with tools: {with_tools} (use env.protocol=tool_call or bracket for the others)")
-        return self
-
-
-class HumanLMConfig(_Section):
-    """Training a user simulator (spec ALGORITHMS.md 5.2, `userrl train-user`); read only with the humanlm gym."""
-
-    mode: Literal["separate_system_prompt", "response_only", "sequential"] = Field(
-        "separate_system_prompt", description="separate_system_prompt: one field per rollout, the rows expanded "
-        "7x (item i = row i mod N, field i // N, each field with its own system prompt); response_only: the "
-        "response field alone; sequential: each step trains one level of the hierarchy, its field's prompt "
-        "carrying the earlier levels' generated blocks, as the hierarchy map draws them (needs "
-        "humanlm.curriculum=true). Evaluation uses the response field with no prefix (the spec's validation): "
-        "during training always, in `evaluate-user` in response_only and sequential mode.")
-    curriculum: bool = Field(
-        False, description="The hierarchy-map curriculum of spec 5.2 (sequential mode only): a sample at level h "
-        "whose field scores >= 0.9 proposes a level h+1 prompt (its prefix plus that block); pools refresh every "
-        "3 steps; each step draws a level uniformly among those holding training.batch_size prompts. The map is "
-        "saved in every model checkpoint (task_source.json) and restored on resume.")
-    data_files: dict[str, str] = Field(
-        default_factory=dict, description="HumanLM-format parquet (or JSONL) per split, e.g. {train: a.parquet, "
-        "test: b.parquet}; empty = the rows recorded from our gyms' scripted users (humanlm.gyms).")
-    gyms: list[Literal["persuade", "intention"]] = Field(
-        default_factory=lambda: ["persuade", "intention"], description="Gyms whose recorded rows to use "
-        "(data_files empty).")
-    prompt_budget: int | None = Field(
-        None, ge=1, description="Rows whose longest field prompt exceeds this many tokens (estimated, 4 chars "
-        "each) are dropped and counted (persona_over_budget / prompt_over_budget); null = no limit.")
-    judge: Literal["scripted", "openai"] = Field(
-        "scripted", description="Training judge: scripted (deterministic key-point coverage minus penalty, "
-        "offline) or openai (any OpenAI-compatible model at judge_llm, temperature 1.0 unless set).")
-    judge_llm: dict[str, Any] = Field(default_factory=dict, description="OpenAI-compatible client settings of the "
-                                      "training judge (base_url, model, temperature, max_tokens, attempts, ...).")
-    validation_judge: Literal["scripted", "openai"] | None = Field(
-        None, description="Judge of evaluation (during training and `userrl evaluate-user`); null = the "
-        "training judge's backend, at temperature 0.")
-    validation_judge_llm: dict[str, Any] = Field(
-        default_factory=dict, description="Client settings of an openai validation judge; empty = judge_llm.")
-    num_repeats: int = Field(1, ge=1, description="Judge calls averaged per (group, field) (spec num_repeats).")
-    field_weights: dict[str, float] = Field(
-        default_factory=dict, description="Weight per field in a sample's score (default 1.0 each).")
-    thinking: bool = Field(False, description="A thinking model: strict parsing allows a leading `...</think>`, "
-                           "and every field's token limit is 1024 (spec: 512, 1024 with thinking); policy."
-                           "max_new_tokens defaults to 1024 in train-user.")
-
-    @field_validator("judge_llm", "validation_judge_llm")
-    @classmethod
-    def _llm(cls, value: dict[str, Any]) -> dict[str, Any]:
-        if value:  # checked now by the client's own typed settings, not at the first judge call
-            from userrl.envs.openai_client import LLMConfig
-
-            LLMConfig.from_spec(value)
-        return value
-
-    @field_validator("field_weights")
-    @classmethod
-    def _fields(cls, value: dict[str, float]) -> dict[str, float]:
-        from userrl.humanlm.fields import FIELD_NAMES
-
-        unknown = sorted(set(value) - set(FIELD_NAMES))
-        if unknown:
-            raise ValueError(f"unknown field(s) {unknown}; fields: {', '.join(FIELD_NAMES)}")
-        return value
-
-    @model_validator(mode="after")
-    def _curriculum_is_sequential(self) -> HumanLMConfig:
-        if self.curriculum and self.mode != "sequential":
-            raise ValueError(f"humanlm.curriculum=true needs humanlm.mode=sequential (the hierarchy map draws each "
-                             f"step's level and prefix only in that mode), not humanlm.mode={self.mode}")
-        if self.mode == "sequential" and not self.curriculum:
-            raise ValueError("humanlm.mode=sequential trains the level the hierarchy map draws each step: set "
-                             "humanlm.curriculum=true (or use humanlm.mode=separate_system_prompt / response_only)")
-        return self
-
-    @model_validator(mode="after")
-    def _openai_needs_llm(self) -> HumanLMConfig:
-        if self.judge == "openai" and not self.judge_llm.get("model"):
-            raise ValueError("humanlm.judge=openai needs humanlm.judge_llm with at least model and base_url "
-                             "(e.g. humanlm.judge_llm.model=gpt-5-mini humanlm.judge_llm.base_url=http://...)")
-        if (self.validation_judge == "openai" and not (self.validation_judge_llm or self.judge_llm).get("model")):
-            raise ValueError("humanlm.validation_judge=openai needs humanlm.validation_judge_llm (or judge_llm) "
-                             "with at least model and base_url")
         return self
 
 
@@ -336,7 +266,7 @@ class PolicyConfig(_Section):
     dtype: Dtype = Field("float32", description="Weights of the replicas' engine.")
     max_new_tokens: int = Field(
         64, ge=1, description="Cap on sampled tokens per assistant turn. A task with a token limit of its own "
-        "(Task.max_new_tokens: a HumanLM field's, 48 for a latent field and 512 for the response) samples at most "
+        "(Task.max_new_tokens, e.g. a user simulator's 48 for a latent state) samples at most "
         "the smaller of the two: this cap always wins, so a small machine can lower every limit at once.")
     max_model_len: int = Field(2048, ge=16, description="Prompt + response token budget per episode.")
     max_response_len: int = Field(1536, ge=1, description="Response (all turns and tool outputs) budget.")
@@ -560,12 +490,21 @@ class CriticConfig(_Section):
 
 class SFTConfig(_Section):
     enabled: bool = Field(False, description="Warm start with SFT on demonstrations (sft.source) before RL.")
-    source: Literal["solver", "file", "rows"] = Field(
-        "solver", description="solver: demonstrations played by each gym's scripted solver, rendered as the "
-        "env.protocol's episodes (native_tools: Tau's solver's moves as tool calls and messages to the customer, "
-        "exactly as a rollout renders them); file: JSONL at sft.path; "
-        "rows: the humanlm rows' real replies (and ground-truth latent states) in the strict tag format, for "
-        "env.protocol=user_reply (`userrl train-user` sets it).")
+    source: str = Field(
+        "solver", description="Where the demonstrations come from, a registered SFT source (userrl.sft): solver: "
+        "demonstrations played by each gym's scripted solver, rendered as the env.protocol's episodes "
+        "(native_tools: Tau's solver's moves as tool calls and messages to the customer, exactly as a rollout "
+        "renders them); file: JSONL at sft.path; or a plug-in's (e.g. rows: a user-reply gym's recorded "
+        "replies, for env.protocol=user_reply).")
+
+    @field_validator("source")
+    @classmethod
+    def _registered_source(cls, value: str) -> str:
+        from userrl.sft import get_sft_source
+
+        get_sft_source(value)  # ValueError naming the known sources
+        return value
+
     path: str | None = Field(None, description="JSONL of demonstrations (source: file).")
     episodes: int = Field(256, ge=1, description="Demonstrations to play (source: solver) or to draw (rows).")
     epochs: int = Field(2, ge=1, description="Passes over the demonstrations.")
@@ -640,8 +579,42 @@ class RayConfig(_Section):
         "another node when no such node is alive.")
 
 
+class ConfigSection(_Section):
+    """A plug-in's top-level config section (register_config_section): its typed settings, and hooks the whole
+    config calls (each does nothing by default)."""
+
+    def check(self, config: UserRLConfig) -> None:
+        """Cross-section checks, once every section is valid: raise ValueError naming the keys."""
+        return None
+
+    def absolute_paths(self, absolute: Callable[[str | None], str | None]) -> None:
+        """Make this section's file and folder settings absolute, in place (UserRLConfig.with_absolute_paths)."""
+        return None
+
+    def task_options(self, evaluation: bool) -> dict[str, Any]:
+        """Extra task-loader arguments of the gyms whose `config_section` this is (training or evaluation)."""
+        return {}
+
+
+#: Registry name (the top-level key) -> a plug-in's section model.
+CONFIG_SECTIONS: dict[str, type[ConfigSection]] = {}
+
+
+def register_config_section(name: str, model: type[ConfigSection]) -> None:
+    """Add a plug-in's top-level section `name` (re-registering replaces it; a built-in name is refused)."""
+    if name in UserRLConfig.model_fields:
+        raise ValueError(f"config section {name!r} is built in; a plug-in section needs a name of its own")
+    CONFIG_SECTIONS[name] = model
+
+
+def plugin_sections() -> dict[str, type[ConfigSection]]:
+    """The plug-ins' sections, by key (loading the plug-ins first)."""
+    load_plugins()
+    return CONFIG_SECTIONS
+
+
 class UserRLConfig(_Section):
-    """The whole run configuration."""
+    """The whole run configuration: the built-in sections, and one per plug-in section (as extras)."""
 
     experiment: ExperimentConfig = Field(default_factory=ExperimentConfig, description="Name, seed, output folder.")
     env: EnvConfig = Field(default_factory=EnvConfig, description="Gyms, episode limits, simulated users.")
@@ -655,8 +628,43 @@ class UserRLConfig(_Section):
     checkpointing: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Checkpoints and resume.")
     tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="MLflow.")
     ray: RayConfig = Field(default_factory=RayConfig, description="The Ray cluster.")
-    humanlm: HumanLMConfig = Field(default_factory=HumanLMConfig, description="User-simulator training "
-                                   "(the humanlm gym, `userrl train-user`).")
+    # Plug-ins' sections (register_config_section) are kept as the model's extras: `_plugin_sections` builds
+    # every registered one (its defaults when the data leaves it out) and refuses any other unknown key.
+    model_config = ConfigDict(extra="allow", validate_assignment=True)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _plugin_sections(cls, data: Any, handler: Any) -> UserRLConfig:
+        if not isinstance(data, dict):
+            return handler(data)
+        sections, errors, built = plugin_sections(), [], {}
+        core = {key: value for key, value in data.items() if key not in sections}
+        errors += [{"type": "extra_forbidden", "loc": (key,), "input": value}
+                   for key, value in core.items() if key not in cls.model_fields]
+        for name, model in sections.items():
+            try:
+                built[name] = model.model_validate(data.get(name, {}))
+            except ValidationError as error:
+                errors += [{**item, "loc": (name, *item["loc"])} for item in error.errors()]
+        config = None
+        try:
+            config = handler({key: value for key, value in core.items() if key in cls.model_fields})
+        except ValidationError as error:
+            errors = error.errors() + errors
+        if not errors:
+            config.__pydantic_extra__.update(built)
+            for section in built.values():  # the sections' own cross-section checks, on the whole config
+                try:
+                    section.check(config)
+                except ValueError as error:
+                    errors.append({"type": "value_error", "loc": (), "input": data, "ctx": {"error": error}})
+        if errors:
+            raise ValidationError.from_exception_data(cls.__name__, errors)
+        return config
+
+    def plugin_section(self, name: str) -> ConfigSection:
+        """The plug-in section registered under `name` (e.g. `config.plugin_section(gym.config_section)`)."""
+        return self.__pydantic_extra__[name]
 
     @model_validator(mode="after")
     def _consistent(self) -> UserRLConfig:
@@ -675,15 +683,6 @@ class UserRLConfig(_Section):
         protocol = get_protocol(self.env.protocol)
         if self.sft.enabled and self.sft.source == "solver":
             protocol.check_solvers([spec.name for spec in self.env.gyms])
-        if self.sft.enabled and protocol.user_replies != (self.sft.source == "rows"):
-            raise ValueError(
-                f"sft.source={self.sft.source} with env.protocol={self.env.protocol}: a user-reply task is warm "
-                "started from its rows (sft.source=rows, what `userrl train-user` sets) and only it is; set "
-                "sft.source=rows with env.protocol=user_reply, else solver or file")
-        if self.humanlm.curriculum and [g.name for g in self.env.gyms] != ["humanlm"]:
-            raise ValueError(
-                f"humanlm.curriculum=true draws every training task from the hierarchy map: env.gyms must be the "
-                f"humanlm gym alone, not {[g.name for g in self.env.gyms]}")
         if self.training.uses_critic and not self.critic.mask_obs and self.env.max_turns == 1:
             raise ValueError(
                 "critic.mask_obs=false trains the critic on env tokens between agent turns, but env.max_turns=1 "
@@ -709,18 +708,17 @@ class UserRLConfig(_Section):
         config.env.data_root = absolute(config.env.data_root)
         config.checkpointing.resume_from = absolute(config.checkpointing.resume_from)
         config.sft.path = absolute(config.sft.path)
-        config.humanlm.data_files = {split: absolute(path) for split, path in config.humanlm.data_files.items()}
+        for section in config.__pydantic_extra__.values():
+            section.absolute_paths(absolute)
         return config
 
     def task_options(self, gym: str, evaluation: bool = False) -> dict[str, Any]:
-        """Extra task-loader arguments of `gym`: the humanlm section's for a user-reply gym, else none."""
+        """Extra task-loader arguments of `gym`: those of the plug-in section it reads (its `config_section`),
+        else none."""
         from userrl.envs.registry import get_gym
 
-        if not get_gym(gym).user_reply_task:
-            return {}
-        h = self.humanlm
-        return {"mode": "response_only" if evaluation else h.mode, "data_files": h.data_files or None,
-                "gyms": tuple(h.gyms), "prompt_budget": h.prompt_budget, "thinking": h.thinking}
+        section = get_gym(gym).config_section
+        return {} if section is None else self.plugin_section(section).task_options(evaluation)
 
     def mlflow_uri(self) -> str:
         """Tracking URI: config, then $MLFLOW_TRACKING_URI, then a local sqlite store."""
@@ -747,19 +745,24 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _valid_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
+def section_models() -> dict[str, type[BaseModel]]:
+    """Every top-level section's model, by key: the built-in sections and the plug-ins'."""
+    return {**{name: field.annotation for name, field in UserRLConfig.model_fields.items()}, **plugin_sections()}
+
+
+def _valid_paths(models: dict[str, Any], prefix: str = "") -> list[str]:
     paths = []
-    for name, field in model.model_fields.items():
+    for name, annotation in models.items():
         paths.append(prefix + name)
-        annotation = field.annotation
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            paths.extend(_valid_paths(annotation, prefix + name + "."))
+            paths.extend(_valid_paths({k: f.annotation for k, f in annotation.model_fields.items()},
+                                      prefix + name + "."))
     return paths
 
 
 def _explain(error: ValidationError) -> str:
     lines = []
-    valid = _valid_paths(UserRLConfig)
+    valid = _valid_paths(section_models())
     for item in error.errors():
         loc = ".".join(str(part) for part in item["loc"])
         if not loc or (item["type"] == "value_error" and isinstance(item.get("input"), dict)):  # a model validator

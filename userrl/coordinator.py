@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -19,34 +19,10 @@ from userrl.config import UserRLConfig
 from userrl.env_runner_group import EnvRunnerGroup, RolloutJob
 from userrl.envs import Task, load_tasks
 from userrl.envs.registry import get_gym
+from userrl.group_scorers import GroupScorer, group_scorer_factory
 from userrl.protocols import get_protocol
+from userrl.task_sources import TaskSource, registered_task_sources
 from userrl.trajectory import Trajectory
-
-
-class TaskSource(Protocol):
-    """Where each training iteration's tasks come from. A source may learn from the scored episodes
-    (`observe`), so its state goes into every checkpoint and comes back on resume: what it draws for an
-    iteration must depend only on (experiment seed, iteration, state), so that resume is exact."""
-
-    def next_tasks(self, count: int, iteration: int) -> list[Task]:
-        """`count` tasks for one iteration (called once per iteration, after `observe` of the one before)."""
-        ...
-
-    def observe(self, iteration: int, specs: Sequence[EpisodeSpec], trajectories: Sequence[Trajectory]) -> dict[str, float]:
-        """Learn from an iteration's scored episodes (trajectories in the order of specs); returns metrics."""
-        ...
-
-    def all_tasks(self) -> list[Task]:
-        """Every task the source starts from (the SFT warm start's demonstrations are drawn from them)."""
-        ...
-
-    def state_dict(self) -> dict[str, Any]:
-        """The state a checkpoint keeps, as JSON-able data ({} when there is none)."""
-        ...
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore what `state_dict` gave."""
-        ...
 
 
 class TaskMixture:
@@ -116,12 +92,11 @@ def restore_task_source(source: TaskSource, checkpoint: Path) -> bool:
 
 
 def make_task_source(config: UserRLConfig) -> TaskSource:
-    """The training task source: HumanLM's hierarchy-map curriculum when `humanlm.curriculum` is on, else
-    the configured gyms' fixed mixture."""
-    if config.humanlm.curriculum:
-        from userrl.humanlm.curriculum_source import CurriculumTaskSource
-
-        return CurriculumTaskSource(config)
+    """The training task source: the first registered one the config asks for (userrl/task_sources.py, e.g. a
+    plug-in's curriculum), else the configured gyms' fixed mixture."""
+    for factory in registered_task_sources().values():
+        if (source := factory(config)) is not None:
+            return source
     return TaskMixture(config)
 
 
@@ -194,23 +169,13 @@ def user_metrics(trajectories: Sequence[Trajectory], prefix: str = "rollout") ->
             wait: float(sum(t.user_wait_s for t in trajectories))}
 
 
-class GroupScorer(Protocol):
-    """Writes the rewards of trajectories that are scored per GRPO group after the rollout (user-reply tasks:
-    a judge sees all of a group's replies in one call), in place, and returns its metrics."""
-
-    def score(self, specs: Sequence[EpisodeSpec], trajectories: Sequence[Trajectory],
-              evaluation: bool = False) -> dict[str, float]:
-        """Score the batch (trajectories in the order of specs); evaluation: the validation judge and parsing."""
-        ...
-
-
 def make_group_scorer(config: UserRLConfig) -> GroupScorer | None:
-    """The group scorer the configured gyms need (HumanLM's judge for user-reply tasks), or None."""
-    if not any(get_gym(spec.name).user_reply_task for spec in config.env.gyms):
-        return None
-    from userrl.humanlm.scoring import HumanLMGroupScorer
-
-    return HumanLMGroupScorer(config)
+    """The group scorer the configured gyms declare (MultiTurnEnv.group_scorer, e.g. a judge of user replies),
+    or None when their env steps reward the episodes."""
+    names = sorted({name for spec in config.env.gyms if (name := get_gym(spec.name).group_scorer) is not None})
+    if len(names) > 1:
+        raise ValueError(f"env.gyms need different group scorers {names}; train them in separate runs")
+    return group_scorer_factory(names[0])(config) if names else None
 
 
 @dataclass

@@ -9,8 +9,10 @@ terminal (docs/ARCHITECTURE.md).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from rich.console import Console
 from rich.progress import (
@@ -68,3 +70,31 @@ def progress_bars(console: Console | None) -> Iterator[ProgressBars]:
                         console=console, transient=True, speed_estimate_period=RATE_WINDOW_S)
     with progress:
         yield ProgressBars(progress)
+
+
+def print_result(console: Console, result: dict[str, Any]) -> None:
+    """One line per result of `fit`: an SFT step, an evaluation, or an RL iteration's rollout and update."""
+    if result["phase"] == "sft":
+        console.print(f"[cyan]sft[/] epoch {result['sft/epoch']} step {result['sft/step']:>3}  "
+                      f"loss {result['sft/loss']:.4f}  {result['time/sft_step_s']:.1f}s")
+        return
+    if result["phase"] == "eval":
+        console.print(f"[magenta]eval[/] at iteration {result['iteration']}: reward "
+                      f"{result.get('eval/reward_mean', math.nan):.3f}  success {result.get('eval/success_rate', math.nan):.2f}"
+                      f"  valid {result.get('eval/valid_action_rate', math.nan):.2f}")
+        return
+    r = {"rollout/reward_mean": math.nan, "rollout/reward_std": math.nan, "rollout/success_rate": math.nan,
+         "rollout/valid_action_rate": math.nan, "rollout/turns_mean": math.nan, **result}  # all aborted: no means
+    console.print(
+        f"[bold]iter {r['iteration']:>3}[/]  reward {r['rollout/reward_mean']:.3f}±{r['rollout/reward_std']:.3f}  "
+        f"success {r['rollout/success_rate']:.2f}  valid {r['rollout/valid_action_rate']:.2f}  "
+        f"turns {r['rollout/turns_mean']:.1f}  gen {r['rollout/tokens_per_s']:.0f} tok/s  "
+        f"train {r['learner/tokens_per_s']:.0f} tok/s  | rollout {r['time/rollout_s']:.1f}s  "
+        f"adv {r['time/advantages_s']:.2f}s  update {r['time/update_s']:.1f}s  sync {r['time/weight_sync_s']:.1f}s  "
+        f"learner mem {r['memory/learner_rss_gb']:.1f} GB"
+        + (f"  | eval reward {r['eval/reward_mean']:.3f}" if "eval/reward_mean" in r else "")
+        + (f"  | aborted {r['rollout/aborted']:.0f}" if r.get("rollout/aborted") else "")
+        + (f"  restarts {r['rollout/env_runner_restarts'] + r['rollout/replica_restarts']:.0f}, re-run "
+           f"{r['rollout/rerun_episodes']:.0f}" if r.get("rollout/env_runner_restarts") or r.get("rollout/replica_restarts")
+           else "")
+    )

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from userrl.chat import ChatFormat
 from userrl.envs import Task, UngroundedTask, make_env, make_solver
 from userrl.envs.registry import get_gym
+from userrl.plugins import load_plugins
 from userrl.trajectory import ROLE_IDS, Trajectory, TurnRecord
+
+if TYPE_CHECKING:
+    from userrl.config import UserRLConfig
 
 log = logging.getLogger(__name__)
 
@@ -163,44 +168,6 @@ def _solver_messages(task: Task, chat: ChatFormat, rng: np.random.Generator, max
         env.close()
 
 
-def user_reply_demonstrations(tasks: list[Task], chat: ChatFormat, episodes: int,
-                              seed: int = 0) -> list[Trajectory]:
-    """Demonstrations of the user-reply task (sft.source=rows): each item's prompt exactly as the task
-    renders it (the field's persona-bearing system prompt + the row's context), and as the reply the row's
-    ground truth in the strict format, `<field>value</field>` (userrl/humanlm/format.demonstration_target).
-
-    The target is the row's real reply for the response field and its ground-truth latent state for a
-    latent field; items of a latent field the row has no ground truth for are left out (nothing is made
-    up). `episodes` demonstrations are drawn from a seeded shuffle of the rest, cycling when there are fewer.
-    """
-    from userrl.humanlm.format import demonstration_target
-    from userrl.humanlm.row import Row
-
-    if not chat.protocol.user_replies:
-        raise ValueError(f"sft.source=rows demonstrates user replies: it needs env.protocol=user_reply, "
-                         f"not {chat.protocol.name}")
-    usable: list[tuple[Task, str]] = []
-    for task in tasks:
-        if "row" not in task.data or "field" not in task.data:
-            raise ValueError(f"sft.source=rows: task {task.gym}:{task.item_key} is not a user-reply item "
-                             "(the humanlm gym's tasks are)")
-        target = demonstration_target(Row.from_record(task.data["row"], task.item_key), task.data["field"])
-        if target is not None:
-            usable.append((task, target))
-    if not usable:
-        raise ValueError(f"sft.source=rows: none of the {len(tasks)} items has a ground truth for its field; "
-                         "use humanlm.mode=response_only (every row has its real reply)")
-    order = np.random.default_rng(seed).permutation(len(usable))
-    demos = []
-    for n in range(episodes):
-        task, target = usable[int(order[n % len(usable)])]
-        messages = [dict(m) for m in task.data["messages"]]
-        demos.append(trajectory_from_messages(messages + [{"role": "assistant", "content": target}], chat,
-                                              uid=f"demo-{n}", env_name=task.gym, item_key=task.item_key,
-                                              prompt_messages=len(messages)))
-    return demos
-
-
 def file_demonstrations(path: str | Path, chat: ChatFormat) -> list[Trajectory]:
     """Read a JSONL file with one {"messages": [...]} conversation per line."""
     path = Path(path)
@@ -216,3 +183,41 @@ def file_demonstrations(path: str | Path, chat: ChatFormat) -> list[Trajectory]:
             raise ValueError(f"{path}:{number}: not a JSON object with a 'messages' list ({error})") from None
         demos.append(trajectory_from_messages(messages, chat, uid=f"file-{number}"))
     return demos
+
+
+#: A source of SFT demonstrations: (config, the training tasks on rank 0, the chat format) -> demonstrations,
+#: each at most policy.max_model_len tokens.
+SFTSource = Callable[["UserRLConfig", list[Task], ChatFormat], list[Trajectory]]
+
+#: Registry name (`sft.source`) -> SFT source.
+SFT_SOURCES: dict[str, SFTSource] = {}
+
+
+def register_sft_source(name: str, source: SFTSource) -> SFTSource:
+    """Add an SFT source under `name` (re-registering replaces it)."""
+    SFT_SOURCES[name] = source
+    return source
+
+
+def get_sft_source(name: str) -> SFTSource:
+    """The SFT source registered under `name` (ValueError naming the known ones); plug-ins' sources are
+    registered on the first lookup of a name not built in."""
+    if name not in SFT_SOURCES:
+        load_plugins()
+    if name not in SFT_SOURCES:
+        raise ValueError(f"unknown SFT source {name!r}; known: {', '.join(sorted(SFT_SOURCES))}")
+    return SFT_SOURCES[name]
+
+
+def _solver_source(config: UserRLConfig, tasks: list[Task], chat: ChatFormat) -> list[Trajectory]:
+    return solver_demonstrations(tasks, chat, config.sft.episodes, seed=config.experiment.seed,
+                                 max_turns=config.env.max_turns, max_len=config.policy.max_model_len)
+
+
+def _file_source(config: UserRLConfig, tasks: list[Task], chat: ChatFormat) -> list[Trajectory]:
+    path = config.sft.path
+    return within_length(file_demonstrations(path, chat), config.policy.max_model_len, f"sft.path={path}")
+
+
+register_sft_source("solver", _solver_source)
+register_sft_source("file", _file_source)

@@ -33,7 +33,7 @@ from userrl.coordinator import PendingRollout, RolloutCoordinator, restore_task_
 from userrl.envs import Task
 from userrl.faults import FaultInjector
 from userrl.learner import Learner, ValueTargets
-from userrl.sft import file_demonstrations, solver_demonstrations, user_reply_demonstrations, within_length
+from userrl.sft import get_sft_source
 from userrl.trajectory import Trajectory
 
 
@@ -108,19 +108,12 @@ def sft_phase(config: UserRLConfig, learner: Learner, tasks: list[Task] | None, 
                report: Callable[[dict[str, Any]], None]) -> None:
     """Cross-entropy on demonstrations (assistant tokens only), then a fresh optimizer for RL.
 
-    Rank 0 builds the demonstrations from the training tasks (`tasks`, None on the other ranks) or sft.path."""
+    Rank 0 builds the demonstrations with the configured SFT source (userrl/sft.py's registry), from the
+    training tasks (`tasks`, None on the other ranks) or sft.path."""
     sft = config.sft
     demos: list[Trajectory] | None = None
     if learner.rank == 0:
-        max_len = config.policy.max_model_len
-        if sft.source == "file":
-            demos = within_length(file_demonstrations(sft.path, chat), max_len, f"sft.path={sft.path}")
-        elif sft.source == "rows":
-            demos = within_length(user_reply_demonstrations(tasks, chat, sft.episodes, seed=config.experiment.seed),
-                                  max_len, "the rows")
-        else:
-            demos = solver_demonstrations(tasks, chat, sft.episodes, seed=config.experiment.seed,
-                                          max_turns=config.env.max_turns, max_len=max_len)
+        demos = get_sft_source(sft.source)(config, tasks, chat)
     demos = _share(demos)
     learner.make_optimizer(sft.lr)
     step, steps = 0, sft.epochs * len(range(0, len(demos), sft.batch_size))  # steps: for the driver's bar
@@ -187,7 +180,7 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     start, version, sync_needed = 0, 0, False
     if resume:
         start, version, sync_needed = resume.iteration, resume.policy_version, True
-        if rank0:  # a task source that learns (the HumanLM curriculum) goes on from its checkpointed state
+        if rank0:  # a task source that learns (e.g. a curriculum) goes on from its checkpointed state
             restore_task_source(coordinator.train_tasks, resume.path)
     learner.fault = FaultInjector(loop_config.get("fault"), learner.rank, learner.world_size,
                                   config.run_dir / "faults", fit_id, start)

@@ -102,7 +102,7 @@ class UserSession:
 
 
 class PersonaUserSession(UserSession):
-    """A UserSession around a PersonaUserClient (a HumanLM simulator), which the gyms ask with `complete_user`."""
+    """A UserSession around a PersonaUserClient (a user simulator), which the gyms ask with `complete_user`."""
 
     async def complete_user(self, role: str, persona: str, context: Sequence[Mapping[str, str]],
                             fields: Sequence[str], seed: int | None = None) -> tuple[dict[str, str] | None, RoleCall]:

@@ -1,5 +1,6 @@
 """The `local` user backend: simulated users and judges served by PolicyReplica actors in the cluster, asked
-with the gyms' own prompts (ReplicaRoleClient) or, for a user simulator, in HumanLM's format (HumanLMUserClient).
+with the gyms' own prompts (ReplicaRoleClient) or in a registered user format (`env.local_user_format`, e.g. a
+plug-in's user simulator asked in the format it was trained on).
 
 Every request carries its call's seed (the episode's UserSession derives it), goes through the optional reply
 cache, and is sent again, with the same seed, when its replica died: Ray restarts user replicas as it does
@@ -9,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar, TypeVar
 
 import ray
 
@@ -19,6 +20,7 @@ from userrl.engines.base import GenerationOutput, GenerationRequest
 from userrl.envs.json_extract import extract_json_object, strip_think
 from userrl.envs.llm import RoleCall, UserModel, attempt_seed
 from userrl.envs.reply_cache import ReplyCache
+from userrl.plugins import load_plugins
 
 T = TypeVar("T")
 
@@ -27,9 +29,10 @@ _REPLICA_DOWN = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableEr
 
 def resolve_user_model(name: str, user_format: str = "plain") -> str:
     """The folder of env.local_user_model: a model name or folder (userrl.models.resolve_model), or a
-    `userrl train-user` checkpoint folder (its model/). A checkpoint trained on user replies asked with the
-    gyms' plain prompts is refused (its meta.json, or an exported folder's userrl.json, says it was trained on
-    user replies): it was taught HumanLM's format, which env.local_user_format names."""
+    user simulator's checkpoint folder (its model/). A checkpoint trained on user replies asked in a format
+    that asks no user simulator (the gyms' plain prompts) is refused (its meta.json, or an exported folder's
+    userrl.json, says it was trained on user replies): it was taught a simulator's format, which
+    env.local_user_format names."""
     import contextlib
     import json
     from pathlib import Path
@@ -39,7 +42,7 @@ def resolve_user_model(name: str, user_format: str = "plain") -> str:
     from userrl.protocols import get_protocol
 
     folder = Path(model_folder(name)).expanduser()
-    if user_format != "humanlm":
+    if not user_client_class(user_format).asks_user_simulator:
         trained_as = None  # the protocol it was trained with; an unknown one is no user simulator's
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError, AttributeError):
             if (folder / "userrl.json").is_file():  # a `userrl export` folder
@@ -47,13 +50,17 @@ def resolve_user_model(name: str, user_format: str = "plain") -> str:
             elif checkpoint := checkpoint_of_model(folder):  # a checkpoint's model/
                 trained_as = get_protocol(checkpoint.protocol)
         if trained_as is not None and trained_as.user_replies:
-            raise ValueError(f"env.local_user_model={name} is a user simulator trained with `userrl train-user` "
-                             "(HumanLM's format); set env.local_user_format=humanlm")
+            fitting = [n for n, client in USER_FORMATS.items() if client.asks_user_simulator]
+            raise ValueError(f"env.local_user_model={name} is a user simulator trained on user replies (protocol "
+                             f"{trained_as.name}); set env.local_user_format={' or '.join(fitting)}")
     return resolve_model(str(folder) if folder.is_dir() else name)
 
 
 class ReplicaRoleClient:
     """A RoleClient (envs/llm.py) whose completions come from a replica actor, rendered with its chat template."""
+
+    #: Whether this format asks a user simulator trained on user replies (the plain prompts do not).
+    asks_user_simulator: ClassVar[bool] = False
 
     def __init__(self, replicas: list[Any], tokenizer: Any, *, max_tokens: int = 512, temperature: float = 0.0,
                  attempts: int = 3, timeout_s: float = 120.0, user_model: UserModel | None = None,
@@ -144,66 +151,20 @@ class ReplicaRoleClient:
         return await self._retry(role, seed, once)
 
 
-class HumanLMUserClient(ReplicaRoleClient):
-    """A local user simulator asked in HumanLM's format (env.local_user_format=humanlm), e.g. a
-    `userrl train-user` checkpoint.
+#: Registry name (`env.local_user_format`) -> the RoleClient class that asks the local user replicas that way.
+USER_FORMATS: dict[str, type[ReplicaRoleClient]] = {"plain": ReplicaRoleClient}
 
-    `complete_user` renders, per field, the field's persona-bearing system prompt and the conversation
-    exactly as the user_reply task renders a row (ChatFormat "user_reply"), decodes up to the field's
-    token limit, cuts the text after the first closing tag (the task's stop strings) and reads the field
-    with the flexible parse (its `<field>` block, else the text with tags removed). An empty field is a failed
-    attempt; the attempts are retried as for the plain roles, and a call that still fails returns None (the
-    gym's fallback, then env.role_failure). Roles a gym still asks with its own prompt (e.g. Intention's
-    judge) go through the inherited plain `complete_json` / `complete_text`.
-    """
 
-    def __init__(self, replicas: list[Any], tokenizer: Any, **kwargs: Any):
-        from userrl.chat import ChatFormat
+def register_user_format(name: str, client: type[ReplicaRoleClient]) -> None:
+    """Add a user format (re-registering a name replaces it)."""
+    USER_FORMATS[name] = client
 
-        super().__init__(replicas, tokenizer, **kwargs)
-        self.chat = ChatFormat(tokenizer, "user_reply")
 
-    def prompt_ids(self, field_name: str, persona: str, context: Sequence[Mapping[str, str]]) -> list[int]:
-        """The token ids the simulator sees for one field: the user_reply task's rendering of the same
-        messages (userrl/humanlm/format.field_messages), generation header included."""
-        from userrl.humanlm.format import field_system_prompt
-
-        messages = [{"role": "system", "content": field_system_prompt(field_name, persona)}]
-        messages += [{"role": m["role"], "content": m["content"]} for m in context]
-        return [i for ids, _ in self.chat.encode_prompt(messages) for i in ids]
-
-    async def reply_text(self, field_name: str, persona: str, context: Sequence[Mapping[str, str]],
-                         seed: int | None = None, call: RoleCall | None = None) -> str:
-        """The simulator's raw text for one field: up to the field's token limit (at most `max_tokens`), cut
-        after the first closing tag as the user_reply rollout cuts it (counted in `call` when given)."""
-        from userrl.humanlm.fields import get_field
-        from userrl.humanlm.format import STOP_STRINGS
-        from userrl.rollout import cut_at_stop_strings
-
-        limit = min(get_field(field_name).max_tokens, self.max_tokens)
-        request = GenerationRequest(self.prompt_ids(field_name, persona, context), limit, self.temperature,
-                                    seed=seed, stop_token_ids=self.chat.stop_token_ids)
-        out = await self.generate(request, call if call is not None else RoleCall("user", 1, True, 0.0))
-        out = cut_at_stop_strings(out, self.tokenizer, STOP_STRINGS)
-        return self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
-
-    async def _field(self, field_name: str, persona: str, context: Sequence[Mapping[str, str]],
-                     seed: int | None, call: RoleCall) -> str:
-        from userrl.humanlm.format import parse_flexible
-
-        text = await self.reply_text(field_name, persona, context, seed, call)
-        value = parse_flexible(text, field_name).values[field_name]
-        if not value:
-            raise ValueError(f"empty <{field_name}> reply")
-        return value
-
-    async def complete_user(self, role: str, persona: str, context: Sequence[Mapping[str, str]],
-                            fields: Sequence[str], seed: int | None = None) -> tuple[dict[str, str] | None, RoleCall]:
-        """Each field of the user's next message (asked together, field k with the attempt's seed + k), e.g.
-        ("stance", "response")."""
-        async def once(seed: int | None, call: RoleCall) -> dict[str, str]:
-            values = await asyncio.gather(*(self._field(name, persona, context, attempt_seed(seed, k + 1), call)
-                                            for k, name in enumerate(fields)))
-            return dict(zip(fields, values, strict=True))
-
-        return await self._retry(role, seed, once)
+def user_client_class(name: str) -> type[ReplicaRoleClient]:
+    """The RoleClient class of user format `name` (ValueError naming the known ones); plug-ins' formats are
+    registered on the first lookup of a name not built in."""
+    if name not in USER_FORMATS:
+        load_plugins()
+    if name not in USER_FORMATS:
+        raise ValueError(f"unknown env.local_user_format {name!r}; known: {', '.join(sorted(USER_FORMATS))}")
+    return USER_FORMATS[name]

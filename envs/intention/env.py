@@ -192,18 +192,18 @@ class IntentionEnv(MultiTurnEnv):
         }
         return self._result(reply, reward, not self.remaining, newly, breakdown)
 
-    def humanlm_view(self, question: str) -> tuple[str, list[dict[str, str]]]:
-        """What a HumanLM-format user sees before answering `question`: its persona (the request and its
+    def persona_view(self, question: str) -> tuple[str, list[dict[str, str]]]:
+        """What a persona-prompted user simulator sees before answering `question`: its persona (the request and its
         preferred option per detail, whatever user_sees_details says) and the conversation, as in the
         recorded rows."""
-        persona = roles.humanlm_persona(self._task_text, self._category, self._details, self._option_picks)
+        persona = roles.persona_prompt(self._task_text, self._category, self._details, self._option_picks)
         return persona, user_turn_context(self._task_text, self.exchanges, question)
 
     async def _user_reply(self, question: str) -> str:
         if self.role_backends[USER_ROLE] == "scripted":
             return scripted_reply(question, self._details, self._keywords, self._option_picks)
-        if isinstance(self.llm, PersonaUserClient):  # a HumanLM simulator: its persona and the conversation
-            values, call = await self.llm.complete_user(USER_ROLE, *self.humanlm_view(question), ("response",))
+        if isinstance(self.llm, PersonaUserClient):  # a user simulator: its persona and the conversation
+            values, call = await self.llm.complete_user(USER_ROLE, *self.persona_view(question), ("response",))
             self.record_lm_call(call.role, call.attempts, call.ok, call.latency_s)
             if values is None:
                 return FALLBACK_REPLIES[int(self.rng.integers(len(FALLBACK_REPLIES)))]

@@ -68,9 +68,9 @@ class Judgement:
     indices: list[int]
 
 
-def humanlm_persona(task: str, category: str, details: Sequence[Detail], picks: Sequence[int]) -> str:
-    """The user as a HumanLM persona, its preferred option per detail included: the system prompt of the rows
-    recorded from this gym (userrl/humanlm/data.py) and of a HumanLM-format user playing it."""
+def persona_prompt(task: str, category: str, details: Sequence[Detail], picks: Sequence[int]) -> str:
+    """The user as a persona, its preferred option per detail included: the system prompt of the rows a user
+    simulator is trained on when recorded from this gym, and of such a simulator playing it."""
     lines = [
         f"- {d.description}: {d.options[p]} (importance {IMPORTANCE_LABELS[d.importance]})"
         for d, p in zip(details, picks, strict=True)

@@ -161,10 +161,10 @@ class PersuadeEnv(MultiTurnEnv):
         info = self._gym_info(old, new, reward, json_response, success)
         return feedback, reward, new == TOP, self._extra_obs(), info
 
-    def humanlm_view(self, argument: str) -> tuple[str, list[dict[str, str]]]:
-        """What a HumanLM-format persuadee sees before replying to `argument`: its persona and the conversation
+    def persona_view(self, argument: str) -> tuple[str, list[dict[str, str]]]:
+        """What a persona-prompted persuadee simulator sees before replying to `argument`: its persona and the conversation
         (the essay it opened with, each argument and reply, the new argument), as in the recorded rows."""
-        return roles.humanlm_persona(self._claim), user_turn_context(self._argument, self.dialogue, argument)
+        return roles.persona_prompt(self._claim), user_turn_context(self._argument, self.dialogue, argument)
 
     async def _persuadee(self, argument: str) -> roles.PersuadeeReply | None:
         """The persuadee's reply to the latest argument; None when the model failed (fallback applies)."""
@@ -173,8 +173,8 @@ class PersuadeEnv(MultiTurnEnv):
             reply, _ = scripted_persuadee(argument, self._topic_words, earlier, self.stance)
             return reply
         assert self.llm is not None  # the base refuses a model backend without a client
-        if isinstance(self.llm, PersonaUserClient):  # a HumanLM simulator: its persona and the conversation
-            values, call = await self.llm.complete_user(PERSUADEE_ROLE, *self.humanlm_view(argument),
+        if isinstance(self.llm, PersonaUserClient):  # a user simulator: its persona and the conversation
+            values, call = await self.llm.complete_user(PERSUADEE_ROLE, *self.persona_view(argument),
                                                         ("stance", "response"))
             self.record_lm_call(call.role, call.attempts, call.ok, call.latency_s)
             if values is None:

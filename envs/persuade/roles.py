@@ -49,9 +49,9 @@ class PersuadeeReply:
         return {"thought": self.thought, "response": self.response, "stance": self.stance}
 
 
-def humanlm_persona(claim: str) -> str:
-    """The persuadee as a HumanLM persona: the system prompt of the rows recorded from this gym
-    (userrl/humanlm/data.py) and of a HumanLM-format user playing it (env.local_user_format=humanlm)."""
+def persona_prompt(claim: str) -> str:
+    """The persuadee as a persona: the system prompt of the rows a user simulator is trained on when recorded
+    from this gym, and of such a simulator playing it (a PersonaUserClient, envs/llm.py)."""
     return (
         f'You hold a firm opinion on the claim "{claim}". When this conversation began you strongly agreed '
         "with it, and you wrote the first message to defend it. You change your mind only for good "
@@ -66,7 +66,7 @@ _STANCE_IN_TEXT = re.compile(
 
 
 def stance_in_text(text: str) -> str | None:
-    """The first stance label written in a text (a HumanLM <stance> block, e.g. 'Partly Agree toward the
+    """The first stance label written in a text (a user simulator's <stance> block, e.g. 'Partly Agree toward the
     claim "..."; moved from Agree' gives 'Partly Agree'), the longer label winning at one position; None
     when the text names none."""
     match = _STANCE_IN_TEXT.search(text)

@@ -83,7 +83,7 @@ def replier(replier_checkpoint) -> str:
 def _replies(model: str, tokenizer: Any, rows: list[Any]) -> list[str]:
     """Greedy response-field replies of `model` to rows, rendered as the user_reply task renders them."""
     from userrl.actors.policy_replica import PolicyReplica
-    from userrl.users import HumanLMUserClient
+    from userrl.humanlm.user import HumanLMUserClient
 
     client = HumanLMUserClient([PolicyReplica(model, num_threads=1)], tokenizer, max_tokens=24)
     return list(asyncio.run(_gather(client.reply_text("response", r.persona, r.context) for r in rows)))

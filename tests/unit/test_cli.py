@@ -71,8 +71,8 @@ def test_ctrl_c_ends_a_command_with_a_message_and_status_130(monkeypatch, capsys
     def interrupted(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "cmd_evaluate_user", interrupted)
-    assert cli.main(["evaluate-user"]) == 130
+    monkeypatch.setattr(cli, "cmd_evaluate", interrupted)
+    assert cli.main(["evaluate"]) == 130
     assert "interrupted" in capsys.readouterr().out
 
 

@@ -167,7 +167,7 @@ def test_config_refusals_name_the_key(tmp_path):
 
 
 def test_train_user_prints_the_steps_level_and_the_pools():
-    from userrl.commands.train_user import _field_line
+    from userrl.humanlm.commands import _field_line
 
     result = {"humanlm/emotion/score": 0.5, "humanlm/emotion/valid_rate": 1.0, "curriculum/level": 1.0,
               "curriculum/proposed": 2.0, "curriculum/pending": 2.0, "curriculum/pool/emotion": 3.0}

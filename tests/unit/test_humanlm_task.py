@@ -19,7 +19,7 @@ from userrl.humanlm.fields import FIELD_NAMES
 from userrl.humanlm.judge import JudgeOutcome
 from userrl.rollout import RolloutLimits, TokenPolicy, cut_at_stop_strings, new_trajectory, run_episode
 
-# userrl.humanlm.env registers the gym when first asked for (envs/registry.EXTERNAL_GYMS); importing it at
+# userrl.humanlm.env registers the gym when first asked for (HumanLM's plug-in, userrl/plugins.py); importing it at
 # module level here would add `humanlm` to GYMS before the agent gyms' parametrized tests are collected.
 
 
@@ -282,7 +282,7 @@ def test_sft_demonstrations_are_the_rows_real_replies_in_the_strict_format(token
     """sft.source=rows: the prompt the rollout renders for the item, then the row's ground truth as the one
     tag block of the item's field (no end-of-turn token: the rollout cuts a reply after its closing tag)."""
     from userrl.envs import make_env
-    from userrl.sft import user_reply_demonstrations
+    from userrl.humanlm.sft import user_reply_demonstrations
 
     chat = ChatFormat(tokenizer, "user_reply")
     task = _tasks(_config(mode="response_only"), "test")[0]  # the first Persuade test row, turn 1

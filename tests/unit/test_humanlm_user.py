@@ -13,7 +13,8 @@ from userrl.actors.policy_replica import PolicyReplica
 from userrl.envs import load_tasks, make_env, tool_call_to_action
 from userrl.envs.persuade.roles import FALLBACK_REPLY, stance_in_text
 from userrl.humanlm.data import SEED, _task_seed, load_rows
-from userrl.users import HumanLMUserClient, resolve_user_model
+from userrl.humanlm.user import HumanLMUserClient
+from userrl.users import resolve_user_model
 
 CHOICE = {"persuade": "answer", "intention": "action"}
 
@@ -31,7 +32,7 @@ def test_the_gym_shows_a_humanlm_user_the_recorded_rows_persona_and_conversation
     assert len(rows) >= 2
     for row in rows:
         latest = row.context[-1]["content"]
-        persona, context = env.humanlm_view(latest)
+        persona, context = env.persona_view(latest)
         assert persona == row.persona and context == [dict(m) for m in row.context]
         observation, *_ = env.step(tool_call_to_action(CHOICE[gym], latest))
         assert observation["feedback"] == row.ground_truth

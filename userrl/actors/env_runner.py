@@ -43,7 +43,7 @@ def make_user_client(backend: str, llm: dict[str, Any] | None, user_replicas: li
                      tokenizer_path: str | None, user_format: str = "plain", user_model: str | None = None,
                      cache: bool = False) -> UserBackend | None:
     """The client behind the gyms' simulated users and judges (None for the scripted backend); for backend
-    local, `user_format` humanlm asks the user replicas in HumanLM's format (env.local_user_format) and
+    local, the registered `user_format` (env.local_user_format) says how the user replicas are asked and
     `user_model` names their model (default: its folder). `cache`: keep the replies in an LRU of this
     process (env.user_cache)."""
     from userrl.envs.reply_cache import ReplyCache
@@ -57,13 +57,12 @@ def make_user_client(backend: str, llm: dict[str, Any] | None, user_replicas: li
         from transformers import AutoTokenizer
 
         from userrl.envs.llm import UserModel
-        from userrl.users import HumanLMUserClient, ReplicaRoleClient
+        from userrl.users import user_client_class
 
         if not user_replicas or tokenizer_path is None:
             raise ValueError("env.backend=local needs user replicas (started by the Algorithm)")
-        kind = HumanLMUserClient if user_format == "humanlm" else ReplicaRoleClient
-        return kind(user_replicas, AutoTokenizer.from_pretrained(tokenizer_path),
-                    user_model=UserModel(user_model or tokenizer_path), cache=replies)
+        return user_client_class(user_format)(user_replicas, AutoTokenizer.from_pretrained(tokenizer_path),
+                                              user_model=UserModel(user_model or tokenizer_path), cache=replies)
     return None
 
 

@@ -34,7 +34,14 @@ from rich.console import Console
 from rich.table import Table
 
 from userrl.checkpoint import checkpoints_dir, latest_complete, write_atomic
-from userrl.config import ConfigError, UserRLConfig, apply_overrides, parse_config, read_yaml_mapping
+from userrl.config import (
+    ConfigError,
+    UserRLConfig,
+    apply_overrides,
+    parse_config,
+    read_yaml_mapping,
+    section_models,
+)
 
 RUN_ID_FILE = "mlflow_run_id"
 _DRIVER_CPU = 0.2  # the trial actor itself mostly waits on queues (Tune refuses 0 CPU)
@@ -117,9 +124,8 @@ def _check_variant(axis: str, i: int, variant: Any) -> None:
 
 def _did_you_mean(leaf: Any) -> str:
     """' (did you mean section.leaf?)' for the config sections that have a key `leaf`, else ''."""
-    full = [f"{name}.{leaf}" for name, field in UserRLConfig.model_fields.items()
-            if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
-            and leaf in field.annotation.model_fields]
+    full = [f"{name}.{leaf}" for name, model in section_models().items()
+            if isinstance(model, type) and issubclass(model, BaseModel) and leaf in model.model_fields]
     return f" (did you mean {' or '.join(full)}?)" if full else ""
 
 

@@ -188,10 +188,10 @@ def intention_conversation(
         exchanges.append((content, feedback))
         if terminated or truncated:
             break
-    from userrl.envs.intention.roles import humanlm_persona
+    from userrl.envs.intention.roles import persona_prompt
     from userrl.envs.intention.tasks import details_of
 
-    return humanlm_persona(record["task"], record["category"], details_of(record), picks), out
+    return persona_prompt(record["task"], record["category"], details_of(record), picks), out
 
 
 # ---------------------------------------------------------------- rows
@@ -211,9 +211,9 @@ def gym_rows(gym: str, split: str, seed: int = SEED) -> list[Row]:
         task_seed = _task_seed(seed, gym, task.item_key)
         rng = np.random.default_rng(task_seed)
         if gym == "persuade":
-            from userrl.envs.persuade.roles import humanlm_persona
+            from userrl.envs.persuade.roles import persona_prompt
 
-            persona, turns = humanlm_persona(task.data["claim"]), persuade_conversation(task, rng, task_seed)
+            persona, turns = persona_prompt(task.data["claim"]), persuade_conversation(task, rng, task_seed)
         else:
             persona, turns = intention_conversation(task, rng, task_seed)
         for turn, (context, reply, states) in enumerate(turns, start=1):

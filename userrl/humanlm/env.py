@@ -7,8 +7,8 @@ the episode with reward 0.0 *pending*: HumanLM's judge scores all of a GRPO grou
 which no single episode can do, so the reward is written into the trajectory after the rollout by the group
 scorer (userrl/humanlm/scoring.py, called by the RolloutCoordinator for every trajectory of this gym).
 
-This module registers the gym when imported; the registry imports it the first time `humanlm` is asked
-for (`envs/registry.EXTERNAL_GYMS`), so it stays out of the agent gyms' lists and tests.
+This module registers the gym when imported, which HumanLM's plug-in does (userrl/humanlm/plugin.py) the
+first time the registry is asked for a gym it does not know, so it stays out of the agent gyms' lists and tests.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ class UserReplyEnv(MultiTurnEnv):
     gym_name: ClassVar[str] = GYM_NAME
     allowed_choices: ClassVar[tuple[str, ...]] = ("answer",)
     user_reply_task: ClassVar[bool] = True
+    group_scorer: ClassVar[str | None] = "humanlm"
+    config_section: ClassVar[str | None] = "humanlm"
 
     def _load_task(self, task: Task) -> None:
         missing = [key for key in ("row", "field", "messages") if key not in task.data]

@@ -2,8 +2,7 @@
 syntax: the whole message is the simulated user's reply (tag blocks, scored per group by HumanLM's judge),
 the opening is the task's own messages (persona prompt + context), and decoding ends at a field's closing tag.
 
-Registered when this module is imported: userrl.protocols.get_protocol("user_reply") imports it
-(EXTERNAL_PROTOCOLS), until HumanLM becomes a plug-in."""
+Registered when this module is imported, which HumanLM's plug-in (userrl/humanlm/plugin.py) does."""
 
 from __future__ import annotations
 

@@ -1,12 +1,11 @@
 """Action protocols: one registered class per protocol (base.py: the interface and the registry).
 
-Importing this package registers the built-in protocols (bracket, tool_call, native_tools); HumanLM's
-user_reply registers itself from userrl/humanlm/protocol.py, imported on first use (EXTERNAL_PROTOCOLS).
+Importing this package registers the built-in protocols (bracket, tool_call, native_tools); a plug-in's
+protocols are registered by its `register()` (userrl/plugins.py), called on the first lookup of another name.
 """
 
 from userrl.protocols import bracket, native_tools, tool_call  # noqa: F401 - registers the built-ins
 from userrl.protocols.base import (
-    EXTERNAL_PROTOCOLS,
     PROTOCOL_CLASSES,
     ActionProtocol,
     ParsedTurn,
@@ -17,7 +16,6 @@ from userrl.protocols.base import (
 )
 
 __all__ = [
-    "EXTERNAL_PROTOCOLS",
     "PROTOCOL_CLASSES",
     "ActionProtocol",
     "ParsedTurn",

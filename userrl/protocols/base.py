@@ -9,7 +9,6 @@ protocol object (`get_protocol(config.env.protocol)`), never compare its name.
 
 from __future__ import annotations
 
-import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from userrl.envs import MultiTurnEnv, Task, tool_call_to_action
+from userrl.plugins import load_plugins
 
 if TYPE_CHECKING:
     from userrl.trajectory import Trajectory
@@ -172,9 +172,6 @@ _P = TypeVar("_P", bound=type[ActionProtocol])
 
 #: Registry name -> protocol class.
 PROTOCOL_CLASSES: dict[str, type[ActionProtocol]] = {}
-#: Protocols whose module lives outside userrl.protocols: imported, and so registered, the first time one is
-#: asked for (as envs/registry.EXTERNAL_GYMS does for the humanlm gym, until HumanLM becomes a plug-in).
-EXTERNAL_PROTOCOLS: dict[str, str] = {"user_reply": "userrl.humanlm.protocol"}
 
 
 def register_protocol(cls: _P) -> _P:
@@ -185,8 +182,9 @@ def register_protocol(cls: _P) -> _P:
 
 
 def protocol_names() -> tuple[str, ...]:
-    """Every known protocol name (registered or registered on first use), sorted."""
-    return tuple(sorted({*PROTOCOL_CLASSES, *EXTERNAL_PROTOCOLS}))
+    """Every known protocol name (the built-ins and the plug-ins'), sorted."""
+    load_plugins()
+    return tuple(sorted(PROTOCOL_CLASSES))
 
 
 @cache
@@ -196,8 +194,8 @@ def _instance(name: str) -> ActionProtocol:
 
 def get_protocol(name: str) -> ActionProtocol:
     """The protocol registered under `name` (ValueError naming the known ones when there is none)."""
-    if name not in PROTOCOL_CLASSES and name in EXTERNAL_PROTOCOLS:
-        importlib.import_module(EXTERNAL_PROTOCOLS[name])
+    if name not in PROTOCOL_CLASSES:
+        load_plugins()  # a plug-in's protocol is registered on the first lookup of a name not built in
     if name not in PROTOCOL_CLASSES:
         raise ValueError(f"unknown action protocol {name!r}; known: {', '.join(protocol_names())}")
     return _instance(name)

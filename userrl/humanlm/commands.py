@@ -11,6 +11,7 @@ and one MLflow run.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import time
@@ -21,9 +22,10 @@ from rich.console import Console
 from rich.table import Table
 
 from userrl.checkpoint import Checkpoint, write_atomic
+from userrl.commands.registry import Command, add_config_arguments
 from userrl.config import UserRLConfig, apply_overrides, parse_config, read_yaml_mapping
-from userrl.humanlm.algorithm import merge_defaults
 from userrl.humanlm.fields import FIELD_NAMES
+from userrl.progress import print_result
 
 #: Exit status when replies were aborted (left out of the scores; counted in metrics.json).
 EXIT_ABORTED = 3
@@ -31,6 +33,8 @@ EXIT_ABORTED = 3
 
 def load_user_config(path: str | None, overrides: list[str]) -> UserRLConfig:
     """A config file plus dotted overrides, over HumanLM's training settings."""
+    from userrl.humanlm.algorithm import merge_defaults  # imports the Algorithm: only when a command runs
+
     data = read_yaml_mapping(path) if path else {}
     return parse_config(merge_defaults(apply_overrides(data, list(overrides))))
 
@@ -64,7 +68,6 @@ def _field_line(result: dict[str, Any], prefix: str = "humanlm") -> str:
 def cli_train_user(args: Any, console: Console) -> int:
     """Train a user simulator with GRPO on the judge's scores; prints per-field scores each iteration."""
     from userrl.algorithm import GRPOMultiTurn
-    from userrl.cli import _progress
 
     config = load_user_config(args.config, args.overrides)
     if args.resume:
@@ -78,7 +81,7 @@ def cli_train_user(args: Any, console: Console) -> int:
     last: dict[str, Any] = {}
 
     def on_result(result: dict[str, Any]) -> None:
-        _progress(result)
+        print_result(console, result)
         if result["phase"] == "rl":
             last.update(result)
             console.print(_field_line(result))
@@ -182,3 +185,26 @@ def cli_evaluate_user(args: Any, console: Console) -> int:
                       f"left out of the scores (exit status {EXIT_ABORTED})")
         return EXIT_ABORTED
     return 0
+
+
+def _train_user_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_arguments(parser)
+    parser.add_argument("--resume", help="checkpoint folder to resume from")
+
+
+def _evaluate_user_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_arguments(parser)
+    parser.add_argument("--checkpoint", help="checkpoint folder (default: the configured policy.model)")
+    parser.add_argument("--split", help="split to score (default evaluation.split = test)")
+    parser.add_argument("--max-rows", type=int, help="the first N rows (every field of each)")
+    parser.add_argument("--temperature", type=float, help="sampling temperature (default evaluation.temperature)")
+    parser.add_argument("--out", help="output folder (default <output_dir>/<name>/eval_user/<model>-<split>-T<t>)")
+
+
+#: HumanLM's subcommands, registered by its plug-in.
+COMMANDS = (
+    Command("train-user", "train a user simulator (HumanLM: judge-scored replies and latent states)",
+            _train_user_arguments, cli_train_user),
+    Command("evaluate-user", "per-field judge scores and valid rates of a user simulator",
+            _evaluate_user_arguments, cli_evaluate_user),
+)
