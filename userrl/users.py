@@ -13,8 +13,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, TypeVar
 
-import ray
-
 from userrl.actors.policy_replica import REPLICA_WAIT_S, ReplicaHandle
 from userrl.engines.base import GenerationOutput, GenerationRequest
 from userrl.envs.json_extract import extract_json_object, strip_think
@@ -23,8 +21,6 @@ from userrl.envs.reply_cache import ReplyCache
 from userrl.plugins import load_plugins
 
 T = TypeVar("T")
-
-_REPLICA_DOWN = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
 
 
 def resolve_user_model(name: str, user_format: str = "plain") -> str:
@@ -90,13 +86,16 @@ class ReplicaRoleClient:
         return output
 
     async def _send(self, request: GenerationRequest, call: RoleCall) -> GenerationOutput:
+        # Ray's exceptions, imported when a request is sent: registering a user format stays free of Ray.
+        from ray.exceptions import ActorUnavailableError, RayActorError
+
         deadline = time.monotonic() + self.replica_wait_s
         while True:
             replica = self.replicas[self._next % len(self.replicas)]
             self._next += 1
             try:
                 return await asyncio.wait_for(replica.generate(request), self.timeout_s)
-            except _REPLICA_DOWN:
+            except (RayActorError, ActorUnavailableError):
                 if time.monotonic() > deadline:
                     raise
                 call.resent += 1
