@@ -20,10 +20,10 @@ COLUMNS = ("time/iteration_s", "time/rollout_s", "time/rollout_wait_s", "time/up
 
 
 def _run(args: argparse.Namespace, async_rollout: bool, folder: Path) -> tuple[list[dict], float]:
-    from userrl.algorithm import GRPOMultiTurnConfig
     from userrl.config import load_config
+    from userrl.trainer import TrainerConfig
 
-    config = (GRPOMultiTurnConfig(load_config(Path(__file__).parent.parent / "experiments" / "quickstart.yaml"))
+    config = (TrainerConfig(load_config(Path(__file__).parent.parent / "experiments" / "quickstart.yaml"))
               .experiment(name=f"async-{async_rollout}", output_dir=str(folder))
               .policy(model=args.model, engine=args.engine)
               .training(iterations=args.iterations, async_rollout=async_rollout)
@@ -32,7 +32,7 @@ def _run(args: argparse.Namespace, async_rollout: bool, folder: Path) -> tuple[l
               .checkpointing(every=0)
               .tracking(experiment="bench-async", mlflow_uri=f"sqlite:///{folder}/mlflow.db")
               .overrides(args.set))
-    algo = config.build_algo()
+    algo = config.build_trainer()
     try:
         start = time.perf_counter()
         results = algo.fit()

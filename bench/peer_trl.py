@@ -14,7 +14,7 @@ mean writing userrl's episode loop again inside TRL. So both sides train on the 
 and the one completion must be the `[answer] N` line. Reward: the gym's own reward for that completion,
 exactly as userrl's rollout gives it to a one-turn episode (no stop token within the limit: 0; parsed with
 `ChatFormat(tokenizer, "bracket")`; executed on a fresh FunctionEnv). userrl runs its real training
-(`GRPOMultiTurnConfig(...).build_algo().fit()`, Ray actors, FSDP learners) on the same prompts, loaded
+(`TrainerConfig(...).build_trainer().fit()`, Ray actors, FSDP learners) on the same prompts, loaded
 through the Function gym's `source: userrl` task loader from a data folder this script writes
 (functions.json + parquet rows whose prompt is the single-turn prompt), with `env.max_turns=1`.
 `--userrl-multiturn N` adds a third run: userrl on the multi-turn gym itself (builtin level-0 tasks, the
@@ -270,16 +270,16 @@ def run_trl(args: argparse.Namespace, model_path: str, train: list[Any], folder:
 def run_userrl(args: argparse.Namespace, model: str, data_root: Path | None, folder: Path,
                multiturn: int = 0) -> RunStats:
     """userrl's own training (Ray actors, FSDP learners): single-turn prompts, or the multi-turn gym itself."""
-    from userrl.algorithm import GRPOMultiTurnConfig
     from userrl.checkpoint import Checkpoint
     from userrl.config import load_config
+    from userrl.trainer import TrainerConfig
 
     name = f"userrl multi-turn gym ({multiturn} turns)" if multiturn else "userrl"
     stats = RunStats(name)
     gyms = ([{"name": "function", "difficulty": [args.difficulty]}] if multiturn
             else [{"name": "function", "source": "userrl", "split": "train"}])
     tag = f"multiturn{multiturn}" if multiturn else "single"
-    config = (GRPOMultiTurnConfig(load_config(REPO / "experiments" / "quickstart.yaml"))
+    config = (TrainerConfig(load_config(REPO / "experiments" / "quickstart.yaml"))
               .experiment(name=f"peer-trl-{tag}", output_dir=str(folder / "userrl"), seed=args.seed)
               .environment(gyms=gyms, data_root=None if multiturn else str(data_root), protocol="bracket",
                            max_turns=multiturn or 1, max_steps=args.max_steps)
@@ -297,7 +297,7 @@ def run_userrl(args: argparse.Namespace, model: str, data_root: Path | None, fol
               .tracking(experiment="bench-peer-trl", mlflow_uri=f"sqlite:///{folder}/mlflow.db")
               .overrides(args.set))
     tick = time.perf_counter()
-    algo = config.build_algo()
+    algo = config.build_trainer()
     stats.setup_s = time.perf_counter() - tick
     try:
         tick = time.perf_counter()

@@ -582,11 +582,11 @@ def _fuzz_result(cases: list[FuzzCase], replies: list[FuzzReply], warm: int, sam
 
 
 def _learner_config(out: Any, *, model: str, iterations: int, every: int, seed: int, max_failures: int) -> Any:
-    from userrl.algorithm import GRPOMultiTurnConfig
+    from userrl.trainer import TrainerConfig
 
     # entropy_coeff: a gradient in every iteration even when a tiny model's group rewards tie, so a run
     # that resumed from the wrong state would end with other weights.
-    return (GRPOMultiTurnConfig()
+    return (TrainerConfig()
             .experiment(name="reliability", seed=seed, output_dir=str(out))
             .environment(gyms=[{"name": "function", "difficulty": [0]}], protocol="bracket", max_turns=2,
                          max_steps=2)
@@ -606,7 +606,7 @@ def _learner_run(out: Any, fault: str | None, **settings: Any) -> dict[str, Any]
     from pathlib import Path
 
     from userrl import faults
-    from userrl.algorithm import GRPOMultiTurn
+    from userrl.trainer import Trainer
 
     notices: list[tuple[float, tuple[Any, ...]]] = []
 
@@ -616,7 +616,7 @@ def _learner_run(out: Any, fault: str | None, **settings: Any) -> dict[str, Any]
                 notices.append((record.created, tuple(record.args or ())))
 
     handler = Restarts()
-    logging.getLogger("userrl.algorithm").addHandler(handler)
+    logging.getLogger("userrl.trainer").addHandler(handler)
     seen: list[tuple[float, dict[str, Any]]] = []
     digests: dict[str, dict[str, str]] = {}  # checkpoint folder name -> file digests when it was reported
 
@@ -629,13 +629,13 @@ def _learner_run(out: Any, fault: str | None, **settings: Any) -> dict[str, Any]
         os.environ[faults.ENV] = fault
     began = time.time()
     try:
-        algo = GRPOMultiTurn(_learner_config(out, **settings))
+        algo = Trainer(_learner_config(out, **settings))
         try:
             results = algo.fit(on_result=on_result)
         finally:
             algo.stop()
     finally:
-        logging.getLogger("userrl.algorithm").removeHandler(handler)
+        logging.getLogger("userrl.trainer").removeHandler(handler)
         os.environ.pop(faults.ENV, None)
         if previous is not None:
             os.environ[faults.ENV] = previous
@@ -772,13 +772,13 @@ def scenario_5_killed_while_checkpointing(seed: int = 5, *, model: str = "tiny-r
 def _rollout_group(out: Any, model: str, **env_runners: Any) -> Any:
     import ray
 
-    from userrl.algorithm import GRPOMultiTurnConfig
     from userrl.env_runner_group import EnvRunnerGroup
     from userrl.models import resolve_model
+    from userrl.trainer import TrainerConfig
 
     if not ray.is_initialized():
         ray.init(num_cpus=4, logging_config=ray.LoggingConfig(encoding="TEXT", log_level="ERROR"))
-    config = (GRPOMultiTurnConfig()
+    config = (TrainerConfig()
               .experiment(name="reliability", output_dir=str(out))
               .environment(gyms=[{"name": "function", "difficulty": [0]}], protocol="bracket", max_turns=4,
                            max_steps=4)

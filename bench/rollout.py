@@ -47,10 +47,10 @@ def _parse(item: str) -> tuple[str, object]:
 
 
 def _config(args: argparse.Namespace):
-    from userrl.algorithm import GRPOMultiTurnConfig
+    from userrl.trainer import TrainerConfig
 
     vllm = {"enforce_eager": args.eager, **dict(_parse(item) for item in args.vllm)}
-    return (GRPOMultiTurnConfig()
+    return (TrainerConfig()
             .experiment(name="bench", seed=0)
             .environment(gyms=[{"name": args.gym, "difficulty": [0]}], protocol="bracket",
                          max_turns=args.max_turns, max_steps=args.max_turns)

@@ -25,7 +25,7 @@ def _progress(result: dict[str, Any]) -> None:
     print_result(console, result)
 
 
-#: fit's progress events (userrl/algorithm.py `progress_event`): the bar's label, and whether the work
+#: fit's progress events (userrl/trainer.py `progress_event`): the bar's label, and whether the work
 #: begins with the bar (an SFT bar appears at the first step, an evaluation's as it starts; the iterations'
 #: bar at the learners' start, so its rate leaves out loading, SFT and the first evaluation).
 _BARS = {"sft": ("sft steps", True), "rl": ("iterations", False), "eval": ("eval episodes", True)}
@@ -43,12 +43,12 @@ def _fit(algo: Any, on_result: Callable[[dict[str, Any]], None]) -> list[dict[st
 
 def cmd_train(args: argparse.Namespace) -> int:
     """Train with GRPO-multiturn (optionally after an SFT warm start)."""
-    from userrl.algorithm import GRPOMultiTurn
+    from userrl.trainer import Trainer
 
     config = load_config(args.config, args.overrides)
     if args.resume:
         config.checkpointing.resume_from = args.resume
-    algo = GRPOMultiTurn(config)
+    algo = Trainer(config)
     seen: list[dict[str, Any]] = []
 
     def on_result(result: dict[str, Any]) -> None:
@@ -97,10 +97,10 @@ def sft_config(path: str | None, overrides: list[str]) -> UserRLConfig:
 
 def cmd_sft(args: argparse.Namespace) -> int:
     """Only the supervised warm start; writes a checkpoint whose model folder can seed RL."""
-    from userrl.algorithm import GRPOMultiTurn
+    from userrl.trainer import Trainer
 
     config = sft_config(args.config, args.overrides)
-    algo = GRPOMultiTurn(config)
+    algo = Trainer(config)
     try:
         _fit(algo, _progress)
         from userrl.train_loop import checkpoint_path

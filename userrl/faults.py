@@ -1,6 +1,6 @@
 """Fault injection for the reliability tests and `bench/reliability.py`: kill a learner at a chosen point.
 
-`USERRL_FAULT` in the driver's environment names one fault. `GRPOMultiTurn.fit` reads it there and hands
+`USERRL_FAULT` in the driver's environment names one fault. `Trainer.fit` reads it there and hands
 it to the learners in their loop config, because the learner processes belong to a Ray that may have
 started before the variable was set. Forms (`<iteration>` is the number the iteration's result carries,
 i.e. iterations done after it):

@@ -7,13 +7,13 @@ import torch
 from mlflow import MlflowClient
 from safetensors.torch import load_file
 
-from userrl.algorithm import GRPOMultiTurnConfig
+from userrl.trainer import TrainerConfig
 
 pytestmark = pytest.mark.slow
 
 
 def _config(tmp_path, **training):
-    return (GRPOMultiTurnConfig()
+    return (TrainerConfig()
             .experiment(name="it", seed=3, output_dir=str(tmp_path))
             .environment(gyms=[{"name": "function", "difficulty": [0]}], protocol="bracket", max_turns=3, max_steps=3)
             .policy(model="tiny-random", max_new_tokens=6, max_model_len=512, num_cpus_per_replica=0.5, num_threads=1)
@@ -26,7 +26,7 @@ def _config(tmp_path, **training):
 
 
 def test_fit_checkpoint_and_exact_resume(ray_local, tiny_model, tmp_path):
-    algo = _config(tmp_path / "a").build_algo()
+    algo = _config(tmp_path / "a").build_trainer()
     try:
         seen = []
         results = algo.fit(on_result=seen.append)
@@ -57,7 +57,7 @@ def test_fit_checkpoint_and_exact_resume(ray_local, tiny_model, tmp_path):
     assert len(client.get_metric_history(run.info.run_id, "rollout.reward_mean")) == 3
     assert any(a.path == "trajectories" for a in client.list_artifacts(run.info.run_id))
 
-    resumed = _config(tmp_path / "b").checkpointing(every=1, resume_from=str(checkpoint)).build_algo()
+    resumed = _config(tmp_path / "b").checkpointing(every=1, resume_from=str(checkpoint)).build_trainer()
     try:
         again = resumed.fit()
     finally:
@@ -74,7 +74,7 @@ def test_fit_checkpoint_and_exact_resume(ray_local, tiny_model, tmp_path):
 
 def test_missing_checkpoint_is_a_clear_error(ray_local, tiny_model, tmp_path):
     with pytest.raises(FileNotFoundError, match="not a userrl checkpoint"):
-        _config(tmp_path).checkpointing(resume_from=str(tmp_path / "nope")).build_algo()
+        _config(tmp_path).checkpointing(resume_from=str(tmp_path / "nope")).build_trainer()
 
 
 def test_mixed_gyms_report_metrics_per_gym(ray_local, tiny_model, tmp_path):
@@ -85,7 +85,7 @@ def test_mixed_gyms_report_metrics_per_gym(ray_local, tiny_model, tmp_path):
               .training(iterations=1, batch_size=6, group_size=2, filter_groups=True)
               .sft(episodes=6)
               .checkpointing(every=0))
-    algo = config.build_algo()
+    algo = config.build_trainer()
     try:
         (result,) = algo.fit()
     finally:

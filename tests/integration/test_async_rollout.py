@@ -110,7 +110,7 @@ def test_async_with_sleep_mode_is_refused(capsys):
 
 @pytest.mark.slow
 def test_async_run_overlaps_and_stays_one_version_behind(ray_local, tiny_model, tmp_path):
-    algo = _config(tmp_path).training(async_rollout=True).sft(enabled=False).build_algo()
+    algo = _config(tmp_path).training(async_rollout=True).sft(enabled=False).build_trainer()
     try:
         results = algo.fit()
         requests = sum(s["requests"] for s in ray.get([r.get_stats.remote() for r in algo.env_runner_group.replicas]))
@@ -144,7 +144,7 @@ def test_cancelled_rollout_stops_and_leaves_the_runners_usable(ray_local, tiny_m
     from userrl.coordinator import RolloutCoordinator
 
     algo = (_config(tmp_path).policy(max_new_tokens=24, max_batch_size=4)
-            .training(batch_size=8, group_size=4).build_algo())  # 32 first turns queue 4 at a time
+            .training(batch_size=8, group_size=4).build_trainer())  # 32 first turns queue 4 at a time
     try:
         coordinator = RolloutCoordinator(algo.config, algo.env_runner_group)
 

@@ -18,10 +18,10 @@ from ray.train.torch import TorchTrainer
 from safetensors.torch import load_file
 from transformers import AutoModelForTokenClassification
 
-from userrl.algorithm import GRPOMultiTurnConfig
 from userrl.checkpoint import CRITIC_DIR, CRITIC_OPTIMIZER
 from userrl.config import parse_config
 from userrl.learner import Learner, ValueTargets
+from userrl.trainer import TrainerConfig
 from userrl.trajectory import Trajectory, TurnRecord
 
 pytestmark = pytest.mark.slow
@@ -138,7 +138,7 @@ def test_critic_gradient_is_one_global_value_loss_for_1_and_2_learners(ray_local
 
 
 def _config(tmp_path, **training):
-    return (GRPOMultiTurnConfig()
+    return (TrainerConfig()
             .experiment(name="gae", seed=2, output_dir=str(tmp_path))
             .environment(gyms=[{"name": "function", "difficulty": [0]}], protocol="bracket", max_turns=3, max_steps=3)
             .policy(model="tiny-random", max_new_tokens=6, max_model_len=512, num_cpus_per_replica=0.5, num_threads=1)
@@ -157,7 +157,7 @@ def test_a_gae_estimator_trains_end_to_end(ray_local, tiny_model, tmp_path):
     settings reaching it tests/unit/test_estimator_config.py, and gae_bilevel_weighted trains three iterations in
     the resume test below (an end-to-end run per estimator cost 95 s of the suite for the same learner path)."""
     algo = (_config(tmp_path, adv_estimator="gae_multiturn", mt_gae_returns="cumulative", iterations=1,
-                    rollout_filter_ratio=0.5, format_penalty=-0.1).checkpointing(every=0).build_algo())
+                    rollout_filter_ratio=0.5, format_penalty=-0.1).checkpointing(every=0).build_trainer())
     try:
         results = algo.fit()
     finally:
@@ -176,7 +176,7 @@ def test_exact_resume_with_the_critic(ray_local, tiny_model, tmp_path):
     def config(folder):
         return _config(folder, adv_estimator="gae_bilevel_weighted", iterations=3).checkpointing(every=1)
 
-    straight = config(tmp_path / "a").build_algo()
+    straight = config(tmp_path / "a").build_trainer()
     try:
         results = straight.fit()
     finally:
@@ -184,7 +184,7 @@ def test_exact_resume_with_the_critic(ray_local, tiny_model, tmp_path):
     checkpoint = tmp_path / "a" / "gae" / "checkpoints" / "iter_000002"
     assert (checkpoint / CRITIC_DIR / "model.safetensors").is_file() and (checkpoint / CRITIC_OPTIMIZER).is_file()
 
-    resumed = config(tmp_path / "b").checkpointing(every=1, resume_from=str(checkpoint)).build_algo()
+    resumed = config(tmp_path / "b").checkpointing(every=1, resume_from=str(checkpoint)).build_trainer()
     try:
         again = resumed.fit()
     finally:

@@ -17,9 +17,9 @@ from chat_server import LoopbackChatServer
 from teach import teach_reply
 from transformers import AutoTokenizer
 
-from userrl.algorithm import GRPOMultiTurnConfig
 from userrl.chat import ChatFormat
 from userrl.envs import load_tasks
+from userrl.trainer import TrainerConfig
 
 QUESTION = "[action] Did the man die?"
 ITERATIONS = 3
@@ -67,7 +67,7 @@ def test_training_goes_on_through_a_flaky_user_endpoint(ray_local, tiny_model, t
     server.start()
     monkeypatch.setenv("OPENAI_API_KEY", "local")
     try:
-        algo = (GRPOMultiTurnConfig()
+        algo = (TrainerConfig()
                 .experiment(name="flaky", seed=0, output_dir=str(tmp_path))
                 .environment(gyms=[{"name": "turtle"}], protocol="bracket", max_turns=2, max_steps=2,
                              backend="openai",
@@ -78,7 +78,7 @@ def test_training_goes_on_through_a_flaky_user_endpoint(ray_local, tiny_model, t
                 .learners(num_learners=1)
                 .checkpointing(every=0)
                 .tracking(experiment="flaky", mlflow_uri=f"sqlite:///{tmp_path}/mlflow.db")
-                .build_algo())
+                .build_trainer())
         try:
             results = algo.fit()
         finally:

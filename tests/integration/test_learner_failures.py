@@ -16,8 +16,8 @@ from mlflow import MlflowClient
 from safetensors.torch import load_file
 
 from userrl import faults
-from userrl.algorithm import GRPOMultiTurnConfig
 from userrl.commands.sweep import latest_checkpoint
+from userrl.trainer import TrainerConfig
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +28,7 @@ ATOL, RTOL = 1e-5, 1e-4  # as in test_algorithm's exact-resume test
 def _config(out, **learners):
     # entropy_coeff: a gradient in every iteration even when every group's rewards tie (tiny random model),
     # so weights that went down another path would differ.
-    return (GRPOMultiTurnConfig()
+    return (TrainerConfig()
             .experiment(name="lf", seed=5, output_dir=str(out))
             .environment(gyms=[{"name": "function", "difficulty": [0]}], protocol="bracket", max_turns=2,
                          max_steps=2)
@@ -43,7 +43,7 @@ def _config(out, **learners):
 
 
 def _fit(config, on_result=None):
-    algo = config.build_algo()
+    algo = config.build_trainer()
     try:
         return algo.fit(on_result=on_result)
     finally:

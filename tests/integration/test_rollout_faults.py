@@ -15,15 +15,15 @@ import pytest
 import ray
 
 from userrl.actors.env_runner import EpisodeSpec
-from userrl.algorithm import GRPOMultiTurnConfig
 from userrl.coordinator import episode_specs
 from userrl.engines.base import GenerationRequest
 from userrl.env_runner_group import EnvRunnerGroup
 from userrl.envs import load_tasks
+from userrl.trainer import TrainerConfig
 
 
 def _config(tmp_path, **runners):
-    return (GRPOMultiTurnConfig()
+    return (TrainerConfig()
             .experiment(name="faults", output_dir=str(tmp_path))
             .environment(gyms=[{"name": "function", "difficulty": [0]}], protocol="bracket", max_turns=4, max_steps=4)
             # Small decode batches of long replies: the rollout lasts seconds, so a kill lands in the middle.

@@ -13,16 +13,16 @@ from mlflow import MlflowClient
 from teach import teach_reply
 from transformers import AutoTokenizer
 
-from userrl.algorithm import GRPOMultiTurnConfig
 from userrl.chat import ChatFormat
 from userrl.envs import load_tasks, make_env
+from userrl.trainer import TrainerConfig
 
 pytestmark = pytest.mark.slow
 
 
 def test_native_tools_on_tau_trains_end_to_end(ray_local, tiny_model, tmp_path):
     # max_turns=8: the solver finishes some Tau tasks within 8 messages, in demonstrations under 4096 tokens.
-    algo = (GRPOMultiTurnConfig()
+    algo = (TrainerConfig()
             .experiment(name="native", seed=0, output_dir=str(tmp_path))
             .environment(gyms=[{"name": "tau"}], protocol="native_tools", max_turns=8, max_steps=30,
                          backend="scripted")
@@ -34,7 +34,7 @@ def test_native_tools_on_tau_trains_end_to_end(ray_local, tiny_model, tmp_path):
             .learners(num_learners=1)
             .checkpointing(every=0)
             .tracking(experiment="native", mlflow_uri=f"sqlite:///{tmp_path}/mlflow.db", sample_trajectories=4)
-            .build_algo())
+            .build_trainer())
     try:
         seen = []
         results = algo.fit(on_result=seen.append)
@@ -120,7 +120,7 @@ def test_native_tools_trains_with_our_openai_compatible_customer(ray_local, tiny
     server.start()
     monkeypatch.setenv("OPENAI_API_KEY", "local")
     try:
-        algo = (GRPOMultiTurnConfig()
+        algo = (TrainerConfig()
                 .experiment(name="native-llm", seed=0, output_dir=str(tmp_path))
                 .environment(gyms=[{"name": "tau"}], protocol="native_tools", max_turns=4, max_steps=30,
                              backend="openai", llm={"base_url": server.base_url, "model": "customer", "attempts": 1})
@@ -132,7 +132,7 @@ def test_native_tools_trains_with_our_openai_compatible_customer(ray_local, tiny
                 .checkpointing(every=0)
                 .tracking(experiment="native-llm", mlflow_uri=f"sqlite:///{tmp_path}/mlflow.db",
                           sample_trajectories=4)
-                .build_algo())
+                .build_trainer())
         try:
             (result,) = algo.fit()
         finally:

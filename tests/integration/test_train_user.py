@@ -25,8 +25,8 @@ from aiohttp import web
 from chat_server import LoopbackChatServer
 from mlflow import MlflowClient
 
-from userrl.humanlm.algorithm import UserSimulatorConfig
 from userrl.humanlm.fields import FIELD_NAMES
+from userrl.humanlm.trainer_config import UserSimulatorConfig
 
 pytestmark = pytest.mark.slow
 
@@ -173,7 +173,7 @@ def test_train_user_with_the_scripted_judge_checkpoints_resumes_and_evaluates(ra
     from userrl.cli import main
 
     algo = (_builder(tmp_path, replier, "user", mode="sequential", curriculum=True)
-            .training(iterations=2).evaluation(interval=2, num_tasks=3).checkpointing(every=1).build_algo())
+            .training(iterations=2).evaluation(interval=2, num_tasks=3).checkpointing(every=1).build_trainer())
     try:
         results = algo.fit()
         uri, run_id = algo.mlflow_uri, algo.mlflow_run_id
@@ -216,7 +216,7 @@ def test_train_user_with_the_scripted_judge_checkpoints_resumes_and_evaluates(ra
 
     # Resume: the run goes on from the checkpoint for the third iteration, with the map it holds.
     algo = (_builder(tmp_path, replier, "user", mode="sequential", curriculum=True).training(iterations=3)
-            .checkpointing(every=1, resume_from=str(checkpoint)).build_algo())
+            .checkpointing(every=1, resume_from=str(checkpoint)).build_trainer())
     try:
         resumed = algo.fit()
     finally:
@@ -287,7 +287,7 @@ def test_train_user_with_a_loopback_openai_judge_retries_bad_replies(ray_local, 
     llm = {"base_url": server.base_url, "model": "judge-m", "attempts": 2, "timeout_s": 10.0, "retry_pause_s": 0.01}
     try:
         algo = (_builder(tmp_path, replier, "openai-user", mode="response_only", judge="openai", judge_llm=llm)
-                .training(iterations=1).evaluation(interval=1, num_tasks=2).checkpointing(every=0).build_algo())
+                .training(iterations=1).evaluation(interval=1, num_tasks=2).checkpointing(every=0).build_trainer())
         seen: list[dict[str, Any]] = []  # the evaluation before training (iteration 0) too
         try:
             results = algo.fit(on_result=seen.append)

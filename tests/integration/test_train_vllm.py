@@ -16,7 +16,7 @@ import torch
 
 pytest.importorskip("vllm")
 
-from userrl.algorithm import GRPOMultiTurnConfig  # noqa: E402
+from userrl.trainer import TrainerConfig  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +39,7 @@ def _stale_gap(model_path: str, trajectory) -> float:
 
 def test_fit_on_a_vllm_replica(ray_local, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a relative output_dir is the user's folder, not the learners' own
-    config = (GRPOMultiTurnConfig()
+    config = (TrainerConfig()
               .experiment(name="vllm-fit", seed=5, output_dir="runs")
               .environment(gyms=[{"name": "function", "difficulty": [0]}], protocol="bracket", max_turns=3,
                            max_steps=3)
@@ -52,7 +52,7 @@ def test_fit_on_a_vllm_replica(ray_local, tmp_path, monkeypatch):
               .learners(num_learners=2, precision="float32")
               .checkpointing(every=2)
               .tracking(experiment="vllm-fit", mlflow_uri=f"sqlite:///{tmp_path}/mlflow.db"))
-    algo = config.build_algo()
+    algo = config.build_trainer()
     try:
         results = algo.fit()
     finally:

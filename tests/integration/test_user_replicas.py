@@ -14,7 +14,6 @@ import time
 import ray
 
 from userrl.actors.env_runner import EpisodePlayer, EpisodeSpec
-from userrl.algorithm import GRPOMultiTurnConfig
 from userrl.chat import ChatFormat
 from userrl.engines.base import GenerationOutput
 from userrl.env_runner_group import EnvRunnerGroup
@@ -22,6 +21,7 @@ from userrl.envs import load_tasks
 from userrl.envs.llm import UserModel
 from userrl.envs.reply_cache import ReplyCache
 from userrl.rollout import RolloutLimits, TokenPolicy
+from userrl.trainer import TrainerConfig
 from userrl.trajectory import Trajectory
 from userrl.users import ReplicaRoleClient
 
@@ -100,7 +100,7 @@ def test_a_cached_run_samples_what_an_uncached_run_samples():
 
 
 def _config(tmp_path):
-    return (GRPOMultiTurnConfig()
+    return (TrainerConfig()
             .experiment(name="user-faults", output_dir=str(tmp_path))
             .environment(gyms=[{"name": "tau"}], protocol="bracket", max_turns=3, max_steps=3, backend="local",
                          local_user_model="tiny-random", local_user_engine="hf")

@@ -17,8 +17,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from userrl.algorithm import GRPOMultiTurnConfig
 from userrl.engines.base import GenerationRequest
+from userrl.trainer import TrainerConfig
 
 pytestmark = pytest.mark.slow
 
@@ -43,7 +43,7 @@ def one_process_group():
 
 
 def _config(model: str, engine: str, vllm: dict | None = None):
-    return (GRPOMultiTurnConfig()
+    return (TrainerConfig()
             .experiment(name="weight-sync", seed=0)
             .environment(gyms=[{"name": "function", "difficulty": [0]}], protocol="bracket", max_turns=2, max_steps=2)
             .policy(model=model, engine=engine, dtype="float32", max_new_tokens=16, max_model_len=512,

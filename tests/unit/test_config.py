@@ -6,7 +6,6 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from userrl.algorithm import GRPOMultiTurnConfig
 from userrl.config import (
     CheckpointConfig,
     ConfigError,
@@ -16,6 +15,7 @@ from userrl.config import (
     load_config,
     parse_config,
 )
+from userrl.trainer import TrainerConfig
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 
@@ -75,12 +75,12 @@ def test_shipped_configs_validate():
 
 
 def test_builder_matches_yaml():
-    built = (GRPOMultiTurnConfig().environment(protocol="bracket", max_turns=5)
+    built = (TrainerConfig().environment(protocol="bracket", max_turns=5)
              .training(lr=2e-6, group_size=4).policy(model="tiny-random").to_config())
     assert built.env.protocol == "bracket" and built.env.max_turns == 5
     assert built.training.group_size == 4 and built.policy.model == "tiny-random"
     with pytest.raises(ConfigError, match="did you mean"):
-        GRPOMultiTurnConfig().training(group_sise=4).to_config()
+        TrainerConfig().training(group_sise=4).to_config()
 
 
 def test_flat_params_are_dotted():
@@ -104,9 +104,9 @@ def test_relative_paths_become_absolute_for_the_workers(tmp_path, monkeypatch):
 
 def test_learners_sharing_a_gpu_reserve_their_fraction():
     """Ray Train would reserve a whole GPU per learner; colocating with a vLLM replica needs a fraction."""
-    from userrl.algorithm import learner_resources
+    from userrl.trainer import learner_resources
 
-    assert learner_resources(GRPOMultiTurnConfig().to_config()) == {"CPU": 1.0}
+    assert learner_resources(TrainerConfig().to_config()) == {"CPU": 1.0}
     shared = load_config(EXPERIMENTS / "gpu.yaml")
     assert learner_resources(shared) == {"CPU": 1.0, "GPU": 0.5}
     assert shared.learners.num_gpus_per_learner + shared.policy.num_gpus_per_replica == 1.0

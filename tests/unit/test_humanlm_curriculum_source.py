@@ -17,9 +17,9 @@ from userrl.coordinator import (
     restore_task_source,
     task_source_documents,
 )
-from userrl.humanlm.algorithm import merge_defaults
 from userrl.humanlm.data import render_jsonl
 from userrl.humanlm.row import Row
+from userrl.humanlm.trainer_config import merge_defaults
 from userrl.rollout import new_trajectory
 from userrl.trajectory import TurnRecord
 

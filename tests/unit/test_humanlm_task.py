@@ -14,9 +14,9 @@ from userrl.actors.env_runner import EpisodeSpec
 from userrl.chat import ChatFormat
 from userrl.config import ConfigError, parse_config
 from userrl.engines.base import GenerationOutput, GenerationRequest
-from userrl.humanlm.algorithm import TRAIN_USER_DEFAULTS, UserSimulatorConfig, merge_defaults
 from userrl.humanlm.fields import FIELD_NAMES
 from userrl.humanlm.judge import JudgeOutcome
+from userrl.humanlm.trainer_config import TRAIN_USER_DEFAULTS, UserSimulatorConfig, merge_defaults
 from userrl.rollout import RolloutLimits, TokenPolicy, cut_at_stop_strings, new_trajectory, run_episode
 
 # userrl.humanlm.env registers the gym when first asked for (HumanLM's plug-in, userrl/plugins.py); importing it at

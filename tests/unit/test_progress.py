@@ -6,8 +6,8 @@ from typing import Any
 from rich.console import Console
 
 from userrl import cli
-from userrl.algorithm import progress_event
 from userrl.progress import progress_bars
+from userrl.trainer import progress_event
 
 LINES = ["sft epoch 0 step   1  loss 1.5208  30.9s", "iter   1  reward 0.250±0.433  success 0.25"]
 
@@ -96,7 +96,7 @@ def test_progress_events_of_the_learners_messages() -> None:
 
 
 class FakeAlgo:
-    """Sends what GRPOMultiTurn.fit sends: progress events and results."""
+    """Sends what Trainer.fit sends: progress events and results."""
 
     def fit(self, on_result: Any, on_progress: Any) -> list[dict[str, Any]]:
         on_progress({"of": "rl", "done": 0, "total": 5})

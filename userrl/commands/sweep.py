@@ -1,6 +1,6 @@
 """`userrl sweep`: a Ray Tune grid of GRPO-multiturn runs (e.g. credit assignment), resumable.
 
-Every trial is a real training run: a Tune function trainable builds `GRPOMultiTurn` (its Ray Train
+Every trial is a real training run: a Tune function trainable builds `Trainer` (its Ray Train
 learner group runs inside the trial, Train V2 inside Tune) and reports one Tune result per iteration.
 MLflow logging goes through our own `MLflowTracker` only (not Ray's MLflow callback): one run per
 trial, all in one experiment named after the sweep. A trial's run folder holds its userrl
@@ -333,8 +333,8 @@ def run_trial(trial: dict[str, Any], setup: dict[str, Any]) -> None:
     """
     from ray import tune
 
-    from userrl.algorithm import GRPOMultiTurn
     from userrl.tracking import MLflowTracker
+    from userrl.trainer import Trainer
 
     context = tune.get_context()
     trial_id, point = context.get_trial_id(), trial["grid"]
@@ -352,7 +352,7 @@ def run_trial(trial: dict[str, Any], setup: dict[str, Any]) -> None:
     run_id_file = run_dir / RUN_ID_FILE
     run_id = run_id_file.read_text().strip() if run_id_file.is_file() else None
 
-    algo = GRPOMultiTurn(config)
+    algo = Trainer(config)
     try:
         tags = {"sweep": setup["sweep"], "sweep.trial_id": trial_id, "sweep.label": label,
                 **{f"sweep.{key}": str(value) for key, value in assignments(point)}}

@@ -1,7 +1,7 @@
 """`userrl train-user` and `userrl evaluate-user`: train a user simulator (HumanLM, spec 5.2) and score it.
 
 train-user is `userrl train` on a config whose unset keys take HumanLM's settings
-(userrl/humanlm/algorithm.TRAIN_USER_DEFAULTS): the same GRPOMultiTurn, learner group, MLflow run and
+(userrl/humanlm/trainer_config.py): the same Trainer, learner group, MLflow run and
 checkpoints; each iteration also prints the per-field judge scores and strict-parse valid rates.
 evaluate-user plays every test item of the configured mode once (a checkpoint or the configured model on
 the usual replicas and env runners), scores them with the validation judge and flexible parsing, prints
@@ -33,7 +33,9 @@ EXIT_ABORTED = 3
 
 def load_user_config(path: str | None, overrides: list[str]) -> UserRLConfig:
     """A config file plus dotted overrides, over HumanLM's training settings."""
-    from userrl.humanlm.algorithm import merge_defaults  # imports the Algorithm: only when a command runs
+    from userrl.humanlm.trainer_config import (
+        merge_defaults,  # imports the Algorithm: only when a command runs
+    )
 
     data = read_yaml_mapping(path) if path else {}
     return parse_config(merge_defaults(apply_overrides(data, list(overrides))))
@@ -67,7 +69,7 @@ def _field_line(result: dict[str, Any], prefix: str = "humanlm") -> str:
 
 def cli_train_user(args: Any, console: Console) -> int:
     """Train a user simulator with GRPO on the judge's scores; prints per-field scores each iteration."""
-    from userrl.algorithm import GRPOMultiTurn
+    from userrl.trainer import Trainer
 
     config = load_user_config(args.config, args.overrides)
     if args.resume:
@@ -77,7 +79,7 @@ def cli_train_user(args: Any, console: Console) -> int:
                   f"judge {h.judge}"
                   f"{' ' + str(h.judge_llm.get('model')) if h.judge == 'openai' else ''}, validation judge "
                   f"{h.validation_judge or h.judge}, model {config.policy.model}")
-    algo = GRPOMultiTurn(config)
+    algo = Trainer(config)
     last: dict[str, Any] = {}
 
     def on_result(result: dict[str, Any]) -> None:

@@ -1,4 +1,4 @@
-"""The Algorithm, RLlib-style: a config builder, `build_algo()`, `fit()`, `evaluate()`, resume.
+"""The Algorithm, RLlib-style: a config builder, `build_trainer()`, `fit()`, `evaluate()`, resume.
 
 Shapes copied from RLlib (config builder, runner group, learner group); classes are our own because
 RLlib's learners are DDP-only and its env runners assume numeric spaces (see docs/ARCHITECTURE.md).
@@ -32,7 +32,7 @@ from userrl.train_loop import train_loop_per_worker
 log = logging.getLogger(__name__)
 
 
-class GRPOMultiTurnConfig:
+class TrainerConfig:
     """Builder for a GRPO-multiturn run, in RLlib's `AlgorithmConfig` manner."""
 
     def __init__(self, base: UserRLConfig | dict[str, Any] | None = None):
@@ -40,51 +40,51 @@ class GRPOMultiTurnConfig:
             base = base.model_dump(mode="json")
         self._data: dict[str, Any] = dict(base or {})
 
-    def _section(self, name: str, values: dict[str, Any]) -> GRPOMultiTurnConfig:
+    def _section(self, name: str, values: dict[str, Any]) -> TrainerConfig:
         self._data.setdefault(name, {}).update(values)
         return self
 
-    def experiment(self, **values: Any) -> GRPOMultiTurnConfig:
+    def experiment(self, **values: Any) -> TrainerConfig:
         """Name, seed, output folder."""
         return self._section("experiment", values)
 
-    def environment(self, **values: Any) -> GRPOMultiTurnConfig:
+    def environment(self, **values: Any) -> TrainerConfig:
         """Gyms (mixture), protocol, turn and step limits."""
         return self._section("env", values)
 
-    def env_runners(self, **values: Any) -> GRPOMultiTurnConfig:
+    def env_runners(self, **values: Any) -> TrainerConfig:
         """Number and resources of env-runner actors."""
         return self._section("env_runners", values)
 
-    def policy(self, **values: Any) -> GRPOMultiTurnConfig:
+    def policy(self, **values: Any) -> TrainerConfig:
         """Model, engine, replicas, sampling."""
         return self._section("policy", values)
 
-    def training(self, **values: Any) -> GRPOMultiTurnConfig:
+    def training(self, **values: Any) -> TrainerConfig:
         """Iterations, batch and group size, optimizer, credit assignment, clipping, KL."""
         return self._section("training", values)
 
-    def sft(self, **values: Any) -> GRPOMultiTurnConfig:
+    def sft(self, **values: Any) -> TrainerConfig:
         """Supervised warm start before RL."""
         return self._section("sft", values)
 
-    def learners(self, **values: Any) -> GRPOMultiTurnConfig:
+    def learners(self, **values: Any) -> TrainerConfig:
         """Learner group size, resources, precision."""
         return self._section("learners", values)
 
-    def evaluation(self, **values: Any) -> GRPOMultiTurnConfig:
+    def evaluation(self, **values: Any) -> TrainerConfig:
         """Evaluation interval, task count, split, temperature."""
         return self._section("evaluation", values)
 
-    def checkpointing(self, **values: Any) -> GRPOMultiTurnConfig:
+    def checkpointing(self, **values: Any) -> TrainerConfig:
         """Checkpoint frequency and resume path."""
         return self._section("checkpointing", values)
 
-    def tracking(self, **values: Any) -> GRPOMultiTurnConfig:
+    def tracking(self, **values: Any) -> TrainerConfig:
         """MLflow store and experiment."""
         return self._section("tracking", values)
 
-    def overrides(self, items: list[str]) -> GRPOMultiTurnConfig:
+    def overrides(self, items: list[str]) -> TrainerConfig:
         """Dotted `section.key=value` overrides."""
         apply_overrides(self._data, items)
         return self
@@ -93,9 +93,9 @@ class GRPOMultiTurnConfig:
         """Validate into a UserRLConfig (ConfigError names any bad key)."""
         return parse_config(self._data)
 
-    def build_algo(self) -> GRPOMultiTurn:
+    def build_trainer(self) -> Trainer:
         """Validate and build the Algorithm."""
-        return GRPOMultiTurn(self.to_config())
+        return Trainer(self.to_config())
 
 
 def _result_key(result: dict[str, Any]) -> tuple[Any, ...]:
@@ -123,7 +123,7 @@ def learner_resources(config: UserRLConfig) -> dict[str, float]:
     return {"CPU": lc.num_cpus_per_learner, **({"GPU": lc.num_gpus_per_learner} if lc.use_gpu else {})}
 
 
-class GRPOMultiTurn:
+class Trainer:
     """Runs GRPO-multiturn: env runners and policy replicas as actors, learners as a TorchTrainer group."""
 
     def __init__(self, config: UserRLConfig):

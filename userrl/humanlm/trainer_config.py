@@ -1,8 +1,8 @@
 """Training a user simulator with the agents' machinery: a config builder whose defaults are HumanLM's.
 
-`UserSimulatorConfig` is `GRPOMultiTurnConfig` with a `.humanlm(...)` section and the spec's settings
-(ALGORITHMS.md 5.2 "Training settings") under whatever the caller sets; `build_algo()` gives the same
-`GRPOMultiTurn` (Ray Train FSDP2 learner group, policy replicas, one train loop, MLflow, checkpoints and
+`UserSimulatorConfig` is `TrainerConfig` with a `.humanlm(...)` section and the spec's settings
+(ALGORITHMS.md 5.2 "Training settings") under whatever the caller sets; `build_trainer()` gives the same
+`Trainer` (Ray Train FSDP2 learner group, policy replicas, one train loop, MLflow, checkpoints and
 exact resume). What differs is data, not code: the `humanlm` gym's single-turn user-reply tasks, the
 `user_reply` protocol, and the group scorer that judges a group's replies after each rollout.
 """
@@ -12,9 +12,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from userrl.algorithm import GRPOMultiTurnConfig
 from userrl.config import UserRLConfig, parse_config
 from userrl.humanlm.format import THINKING_MAX_TOKENS
+from userrl.trainer import TrainerConfig
 
 #: What `userrl train-user` and UserSimulatorConfig put under a config (the config's own keys win).
 TRAIN_USER_DEFAULTS: dict[str, Any] = {
@@ -51,9 +51,9 @@ def merge_defaults(data: dict[str, Any], defaults: dict[str, Any] | None = None)
     return out
 
 
-class UserSimulatorConfig(GRPOMultiTurnConfig):
+class UserSimulatorConfig(TrainerConfig):
     """Builder of a user-simulator (HumanLM) run: `.humanlm(mode=..., judge=...)` plus every section of
-    GRPOMultiTurnConfig; HumanLM's settings fill what is left out."""
+    TrainerConfig; HumanLM's settings fill what is left out."""
 
     def to_config(self) -> UserRLConfig:
         """The validated config: what the builder set over HumanLM's defaults (merged last, so that
