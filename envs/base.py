@@ -1,4 +1,4 @@
-"""Common contract of every gym (GYMS.md 0.2-0.3, 0.8): Task, StepResult, action parsing, MultiTurnEnv."""
+"""Common contract of every gym (docs/spec/GYMS.md §0.2-§0.3, §0.8): Task, StepResult, action parsing, MultiTurnEnv."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ EXCEPTION_FEEDBACK = "The environment failed on this step; the episode has ended
 #: `scripted` runs the model-free stand-ins; `openai` and `local` both mean "use the role client passed
 #: as llm" (which server answers is the client's business, not the gym's).
 BACKENDS: tuple[str, ...] = ("scripted", "openai", "local")
-#: The reward presets of GYMS.md 0.9 that every gym accepts.
+#: The reward presets of docs/spec/GYMS.md §0.9 that every gym accepts.
 REWARD_PRESET_NAMES: tuple[str, ...] = ("train", "eval")
 
 #: Longest action / feedback text the declared gymnasium spaces admit (generous: no real step comes close).

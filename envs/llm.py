@@ -2,7 +2,7 @@
 
 A gym with model roles holds a `RoleClient` in `self.llm` (built from its `llm` constructor keyword)
 and, for `backend="scripted"`, uses its deterministic stand-in instead. A call that still fails after
-its attempts returns `None` as the value, and the gym applies that role's fallback (GYMS.md 0.6).
+its attempts returns `None` as the value, and the gym applies that role's fallback (docs/spec/GYMS.md §0.6).
 
 `envs/openai_client.make_role_client(spec)` builds the OpenAI-compatible backend from a gym's `llm`
 keyword; structured-output helpers (extract_json_object, as_bool, as_int, as_float, as_label) live in
@@ -67,7 +67,7 @@ class RoleClient(Protocol):
         temperature: float | None = None,
         seed: int | None = None,
     ) -> tuple[T | None, RoleCall]:
-        """One system + one user message; extract a JSON object (GYMS.md 0.6) and pass it through
+        """One system + one user message; extract a JSON object (docs/spec/GYMS.md §0.6) and pass it through
         `validate` (which raises ValueError/KeyError/TypeError to reject it). Retries on failure; the
         value is None when every attempt failed. `seed` fixes the sampling (attempt k: `attempt_seed`)."""
         ...

@@ -1,6 +1,6 @@
 """The `openai` backend of the gym roles: a RoleClient over any OpenAI-compatible chat-completions server.
 
-GYMS.md 0.6: one system + one user message per call, a per-attempt timeout, bounded retries with a
+docs/spec/GYMS.md §0.6: one system + one user message per call, a per-attempt timeout, bounded retries with a
 pause, extraction/validation failures count as failed attempts, and after the last attempt the value is
 None (the gym applies the role's fallback). Model and network failures never raise.
 
@@ -52,7 +52,7 @@ _JSON_HEADERS = {"Content-Type": "application/json"}
 
 @dataclass(frozen=True, repr=False)
 class LLMConfig:
-    """Client settings for the model roles (GYMS.md 0.6), with optional per-role overrides in `roles`."""
+    """Client settings for the model roles (docs/spec/GYMS.md §0.6), with optional per-role overrides in `roles`."""
 
     #: None: env var OPENAI_BASE_URL, else DEFAULT_BASE_URL (resolved when the client is built).
     base_url: str | None = None
@@ -305,7 +305,7 @@ class OpenAIRoleClient:
         self.config = config if config is not None else LLMConfig()
         #: Replies by (model, request body with its seed); None: every request goes to the server.
         self.cache = cache
-        # Read the environment now, when the client is built, never at import (GYMS.md 0.6, 0.11).
+        # Read the environment now, when the client is built, never at import (docs/spec/GYMS.md §0.6, §0.11).
         env_key = os.environ.get("OPENAI_API_KEY") or None
         env_url = os.environ.get("OPENAI_BASE_URL") or None
         self._default = self._resolve(replace(self.config, roles={}), env_key, env_url)
@@ -349,7 +349,7 @@ class OpenAIRoleClient:
         temperature: float | None = None,
         seed: int | None = None,
     ) -> tuple[T | None, RoleCall]:
-        """One system + one user message; extract a JSON object (GYMS.md 0.6) and pass it through
+        """One system + one user message; extract a JSON object (docs/spec/GYMS.md §0.6) and pass it through
         `validate` (which raises ValueError/KeyError/TypeError to reject it). Retries on failure; the
         value is None when every attempt failed. `seed` is sent as the request's `seed` (attempt k:
         `attempt_seed`)."""

@@ -153,7 +153,7 @@ class EnvConfig(_Section):
     role_failure: Literal["abort", "fallback"] = Field(
         "abort", description="A simulated user's or judge's call that still fails after its retries: abort "
         "(the episode is aborted, counted per gym and left out of the update) or fallback (the gym's "
-        "fallback reply stands in, GYMS.md 0.6).")
+        "fallback reply stands in, docs/spec/GYMS.md §0.6).")
 
     @model_validator(mode="after")
     def _protocol_fits_gyms(self) -> EnvConfig:
@@ -347,7 +347,7 @@ ESTIMATOR_KEYS: dict[str, tuple[str, ...]] = {
     "reward_placement": GAE_ESTIMATORS,
     "whiten_advantages": GAE_ESTIMATORS,
 }
-#: RAGEN's settings (spec ALGORITHMS.md 4.9), filled in by `training.preset` where a config leaves them out.
+#: RAGEN's settings (docs/spec/ALGORITHMS.md §4.9), filled in by `training.preset` where a config leaves them out.
 PRESETS: dict[str, dict[str, Any]] = {
     "ragen": {"adv_estimator": "gae", "clip_ratio_low": 0.2, "clip_ratio_high": 0.28, "entropy_coeff": 0.001,
               "gamma": 1.0, "lam": 1.0},
@@ -391,17 +391,17 @@ class TrainingConfig(EstimatorSettings):
         "low_var_kl", description="KL estimator: kl (k1), abs, mse (k2) or low_var_kl (k3).")
     adv_estimator: Literal[ADV_ESTIMATORS] = Field(
         "grpo_multiturn", description="Advantage estimator: grpo_multiturn (UserRL, no critic) or one of RAGEN's "
-        "GAE variants with a critic (spec ALGORITHMS.md 4): gae (env tokens are ordinary steps), gae_multiturn "
+        "GAE variants with a critic (docs/spec/ALGORITHMS.md §4): gae (env tokens are ordinary steps), gae_multiturn "
         "(env tokens skipped), gae_bilevel (turn-level then token-level GAE), gae_bilevel_weighted (its blend).")
     preset: Literal["ragen", "ragen_multiturn"] | None = Field(
-        None, description="Fills the training keys a config leaves out with RAGEN's settings (spec 4.9): ragen = "
+        None, description="Fills the training keys a config leaves out with RAGEN's settings (docs/spec/ALGORITHMS.md §4.9): ragen = "
         "gae, clip 0.2/0.28, entropy_coeff 0.001, gamma = lam = 1; ragen_multiturn = gae_bilevel_weighted, "
         "gamma = lam = 1, gamma_H = lam_H = 0.95, turn_level_weight 0.1, clip 0.2/0.2, KL loss 0.001.")
     reward_placement: Literal["turn", "outcome"] = Field(
         "turn", description="GAE estimators: each turn's reward on its last sampled token (turn), or the "
-        "trajectory score on the last sampled token (outcome) (spec 1.6).")
+        "trajectory score on the last sampled token (outcome) (docs/spec/ALGORITHMS.md §1.6).")
     whiten_advantages: bool = Field(True, description="GAE estimators: whiten the advantages over the batch's "
-                                    "agent tokens (spec 4.6).")
+                                    "agent tokens (docs/spec/ALGORITHMS.md §4.6).")
     rollout_filter_ratio: float = Field(
         1.0, gt=0, le=1, description="StarPO-S (RAGEN): keep this fraction of the task groups, those whose "
         "episode returns vary most (population std), for the update; 1 = keep all.")
@@ -477,13 +477,13 @@ class TrainingConfig(EstimatorSettings):
 
 
 class CriticConfig(_Section):
-    """The value model of the GAE estimators (spec ALGORITHMS.md 4.7); unused by grpo_multiturn."""
+    """The value model of the GAE estimators (docs/spec/ALGORITHMS.md §4.7); unused by grpo_multiturn."""
 
     model: str | None = Field(
         None, description="Where the critic starts: null = the policy's starting weights with a fresh scalar head; "
         "or a folder (a userrl checkpoint's critic/ or any Hugging Face model of the policy's architecture).")
     lr: float = Field(1e-5, gt=0, description="AdamW learning rate of the critic (its own optimizer).")
-    cliprange_value: float = Field(0.5, gt=0, description="Value clip around the values before the update (spec 4.7).")
+    cliprange_value: float = Field(0.5, gt=0, description="Value clip around the values before the update (docs/spec/ALGORITHMS.md §4.7).")
     mask_obs: bool = Field(True, description="Train the critic on agent tokens only (true, RAGEN's stable choice) "
                            "or on every token from the first agent token on, env tokens included (false).")
 

@@ -1,4 +1,4 @@
-"""One multi-turn episode, as data: the loop of spec ALGORITHMS.md 1.2, with no Ray in it."""
+"""One multi-turn episode, as data: the loop of docs/spec/ALGORITHMS.md §1.2, with no Ray in it."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class RolloutLimits:
     top_p: float = _config_default(PolicyConfig, "top_p")
     show_reward_in_feedback: bool = _config_default(EnvConfig, "show_reward_in_feedback")
     #: "abort": a step whose role call failed (after its retries) aborts the episode, counted and excluded;
-    #: "fallback": the gym's fallback reply stands in and the episode goes on (GYMS.md 0.6).
+    #: "fallback": the gym's fallback reply stands in and the episode goes on (docs/spec/GYMS.md §0.6).
     role_failure: str = _config_default(EnvConfig, "role_failure")
 
     @classmethod
@@ -104,7 +104,7 @@ async def run_episode(
     group_id: str,
     seed: int = 0,
 ) -> Trajectory:
-    """Play one episode (spec 1.2) within `limits` and the task's own token cap; never raises for env, policy
+    """Play one episode (docs/spec/ALGORITHMS.md §1.2) within `limits` and the task's own token cap; never raises for env, policy
     or parse failures (they abort it)."""
     limits = limits.for_task(task)
     traj = new_trajectory(task, uid, group_id)

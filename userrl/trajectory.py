@@ -1,4 +1,4 @@
-"""The trajectory record (spec ALGORITHMS.md 1.1), batch collation and parquet round trips."""
+"""The trajectory record (docs/spec/ALGORITHMS.md §1.1), batch collation and parquet round trips."""
 
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ class Trajectory:
         return self.episode_return > 0 and any(turn.terminated for turn in self.turns)
 
     def check(self) -> None:
-        """Assert the invariants of spec 1.5 (raises AssertionError)."""
+        """Assert the invariants of docs/spec/ALGORITHMS.md §1.5 (raises AssertionError)."""
         n = len(self.input_ids)
         assert len(self.role_ids) == len(self.loss_mask) == len(self.turn_ids) == len(self.sampler_logprobs) == n
         assert len(self.turns) == len(self.turn_starts)

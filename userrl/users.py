@@ -142,7 +142,7 @@ class ReplicaRoleClient:
     async def complete_json(self, role: str, system: str, user: str, validate: Callable[[dict[str, Any]], T], *,
                             max_tokens: int | None = None, temperature: float | None = None,
                             seed: int | None = None) -> tuple[T | None, RoleCall]:
-        """A JSON object extracted per GYMS.md 0.6 and passed through `validate`."""
+        """A JSON object extracted per docs/spec/GYMS.md §0.6 and passed through `validate`."""
         async def once(attempt_seed: int | None, call: RoleCall) -> T:
             text = await self._complete(system, user, max_tokens, temperature, attempt_seed, call)
             return validate(extract_json_object(text))

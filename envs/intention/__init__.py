@@ -1,4 +1,4 @@
-"""The Intention gym: clarify a vague request by uncovering its hidden missing details (GYMS.md section 2)."""
+"""The Intention gym: clarify a vague request by uncovering its hidden missing details (docs/spec/GYMS.md §2)."""
 
 from userrl.envs.intention.env import IntentionEnv, base_reward, max_return
 from userrl.envs.intention.solver import IntentionSolver

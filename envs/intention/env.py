@@ -1,4 +1,4 @@
-"""IntentionEnv: uncover the hidden missing details of a vague request by asking questions (GYMS.md section 2)."""
+"""IntentionEnv: uncover the hidden missing details of a vague request by asking questions (docs/spec/GYMS.md §2)."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ class IntentionEnv(MultiTurnEnv):
         multi_detail_penalty: float = MULTI_DETAIL_PENALTY,
     ) -> None:
         """Gym keywords: whether the user sees the details, and the bundling penalty."""
-        # Intention has no preset-specific settings (GYMS.md 0.9): both presets play identically.
+        # Intention has no preset-specific settings (docs/spec/GYMS.md §0.9): both presets play identically.
         if not math.isfinite(multi_detail_penalty) or multi_detail_penalty < 0:
             raise ValueError(
                 f"multi_detail_penalty must be a non-negative number, got {multi_detail_penalty!r}"

@@ -1,7 +1,7 @@
-"""Intention model roles (GYMS.md section 2): the simulated user and the coverage judge.
+"""Intention model roles (docs/spec/GYMS.md §2): the simulated user and the coverage judge.
 
 Prompts for the model backends (openai, local), the builders of their user messages, and the reply
-validators (GYMS.md 0.6 step 5). The deterministic stand-ins live in scripted.py.
+validators (docs/spec/GYMS.md §0.6 step 5). The deterministic stand-ins live in scripted.py.
 """
 
 from __future__ import annotations

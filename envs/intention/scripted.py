@@ -1,4 +1,4 @@
-"""Scripted stand-ins of the Intention user and coverage judge (GYMS.md section 2, "Scripted backend")."""
+"""Scripted stand-ins of the Intention user and coverage judge (docs/spec/GYMS.md §2, "Scripted backend")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Persuade gym: argue an opinionated persuadee off its stance on a claim (GYMS.md section 3)."""
+"""The Persuade gym: argue an opinionated persuadee off its stance on a claim (docs/spec/GYMS.md §3)."""
 
 from userrl.envs.persuade.env import (
     PersuadeEnv,

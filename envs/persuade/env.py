@@ -1,4 +1,4 @@
-"""PersuadeEnv: argue an opinionated persuadee from "Strongly Agree" to "Strongly Disagree" (GYMS.md section 3)."""
+"""PersuadeEnv: argue an opinionated persuadee from "Strongly Agree" to "Strongly Disagree" (docs/spec/GYMS.md §3)."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ class PersuadeEnv(MultiTurnEnv):
 
     def _configure(self, *, reward_mode: str = "forward_delta") -> None:
         """Gym keyword: the reward mode (persuade.reward_mode)."""
-        # Persuade has no preset-specific settings (GYMS.md 0.9): both presets play identically.
+        # Persuade has no preset-specific settings (docs/spec/GYMS.md §0.9): both presets play identically.
         if reward_mode not in REWARD_MODES:
             raise ValueError(f"unknown reward_mode {reward_mode!r}; use one of {list(REWARD_MODES)}")
         self.reward_mode = reward_mode

@@ -1,4 +1,4 @@
-"""The Persuade model role (GYMS.md section 3): the persuadee, its prompt, message and reply validator."""
+"""The Persuade model role (docs/spec/GYMS.md §3): the persuadee, its prompt, message and reply validator."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Scripted persuadee of the Persuade gym (GYMS.md section 3, "Scripted backend"): a fixed five-point rubric."""
+"""Scripted persuadee of the Persuade gym (docs/spec/GYMS.md §3, "Scripted backend"): a fixed five-point rubric."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Persuade task sets: our own hand-written claims ("builtin") and the original UserRL parquet rows ("userrl").
 
-The original Persuade JSON is absent from the shared data (GYMS.md 0.1), but every parquet row carries the
+The original Persuade JSON is absent from the shared data (docs/spec/GYMS.md §0.1), but every parquet row carries the
 claim and the environment's initial argument in its create_kwargs, so source "userrl" runs from the rows
 alone and needs no JSON.
 """

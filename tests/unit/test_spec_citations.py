@@ -2,7 +2,7 @@
 
 The one form is `docs/spec/<FILE>.md §<section>` (several: `§2.2-§2.3, §2.5 and §4`; an appendix:
 `Appendix A`). The old forms ("spec 1.2", "GYMS.md 0.6", "spec ALGORITHMS.md section 4") pointed outside
-the repository or left the file to guess; they are refused everywhere but in OLD_FORM_ALLOWED.
+the repository or left the file to guess; they are refused everywhere.
 """
 
 import re
@@ -18,14 +18,6 @@ TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".txt", ".toml", ".html", ".js",
 #: This file quotes the old forms on purpose (the checker's own tests below).
 SELF = Path(__file__).resolve()
 
-#: Files that other work of issue 32 was editing when the citations moved: they may still hold the old
-#: form until the lead rewrites them after that merge, and then removes this allowance.
-OLD_FORM_ALLOWED = (
-    "userrl/humanlm/", "userrl/users.py", "userrl/commands/train_user.py", "userrl/cli.py", "userrl/config.py",
-    "envs/llm.py", "envs/intention/", "envs/persuade/", "envs/registry.py", "envs/base.py",
-    "envs/openai_client.py", "userrl/env_runner_group.py", "userrl/actors/env_runner.py", "userrl/trajectory.py",
-    "userrl/coordinator.py", "userrl/rollout.py", "userrl/train_loop.py", "userrl/sft.py",
-)
 
 _SECTION = r"(?:§\d+(?:\.\d+)*|Appendix [A-Z]\b)"
 #: `docs/spec/FILE.md`, then its sections, if any, joined by ", ", "-" or " and " on the same line.
@@ -90,12 +82,10 @@ def test_every_citation_names_an_existing_file_and_section(specs):
     assert count > 100  # the scan found the citations: a broken pattern would pass on nothing
 
 
-def test_no_old_form_citation_outside_the_allowance():
+def test_no_old_form_citation():
     found = []
     for path in scanned_files():
         relative = path.relative_to(ROOT).as_posix()
-        if relative.startswith(OLD_FORM_ALLOWED):
-            continue
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if OLD_FORM.search(line):
                 found.append(f"{relative}:{number}: {line.strip()}")

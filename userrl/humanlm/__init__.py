@@ -1,4 +1,4 @@
-"""HumanLM (spec 5.2): train user simulators on judge-scored latent states. Plain modules, no Ray, no torch.
+"""HumanLM (docs/spec/ALGORITHMS.md §5.2): train user simulators on judge-scored latent states. Plain modules, no Ray, no torch.
 
 fields.py (the hierarchy), row.py (a data row), data.py (rows from our gyms, JSONL, parquet),
 generate.py (writes the shipped rows), format.py (modes, prompts, parsing), judge.py (judges, aggregation),

@@ -1,4 +1,4 @@
-"""`userrl train-user` and `userrl evaluate-user`: train a user simulator (HumanLM, spec 5.2) and score it.
+"""`userrl train-user` and `userrl evaluate-user`: train a user simulator (HumanLM, docs/spec/ALGORITHMS.md §5.2) and score it.
 
 train-user is `userrl train` on a config whose unset keys take HumanLM's settings
 (userrl/humanlm/trainer_config.py): the same Trainer, learner group, MLflow run and

@@ -13,7 +13,7 @@ from userrl.protocols import get_protocol
 
 
 class HumanLMConfig(ConfigSection):
-    """Training a user simulator (spec ALGORITHMS.md 5.2, `userrl train-user`); read only with the humanlm gym."""
+    """Training a user simulator (docs/spec/ALGORITHMS.md §5.2, `userrl train-user`); read only with the humanlm gym."""
 
     mode: Literal["separate_system_prompt", "response_only", "sequential"] = Field(
         "separate_system_prompt", description="separate_system_prompt: one field per rollout, the rows expanded "
@@ -23,7 +23,7 @@ class HumanLMConfig(ConfigSection):
         "humanlm.curriculum=true). Evaluation uses the response field with no prefix (the spec's validation): "
         "during training always, in `evaluate-user` in response_only and sequential mode.")
     curriculum: bool = Field(
-        False, description="The hierarchy-map curriculum of spec 5.2 (sequential mode only): a sample at level h "
+        False, description="The hierarchy-map curriculum of docs/spec/ALGORITHMS.md §5.2 (sequential mode only): a sample at level h "
         "whose field scores >= 0.9 proposes a level h+1 prompt (its prefix plus that block); pools refresh every "
         "3 steps; each step draws a level uniformly among those holding training.batch_size prompts. The map is "
         "saved in every model checkpoint (task_source.json) and restored on resume.")

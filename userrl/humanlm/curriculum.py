@@ -1,4 +1,4 @@
-"""The optional hierarchy-map curriculum of the sequential mode (spec 5.2 "Optional curriculum").
+"""The optional hierarchy-map curriculum of the sequential mode (docs/spec/ALGORITHMS.md §5.2 "Optional curriculum").
 
 Level h trains field h. A sample at level h whose non-empty field scores at least the field's threshold
 (0.9) proposes a prompt for level h+1: its own prefix plus that field's block. Only the best entry per

@@ -1,4 +1,4 @@
-"""The sequential mode's training task source (spec 5.2 "Optional curriculum"): the hierarchy map draws each
+"""The sequential mode's training task source (docs/spec/ALGORITHMS.md §5.2 "Optional curriculum"): the hierarchy map draws each
 step's level and prompts, and learns from their scores.
 
 Each iteration `next_tasks` asks the map (curriculum.HierarchyMap) for a level h and a batch of entries, with

@@ -3,7 +3,7 @@
 Each gym's scripted user has hidden state we know exactly, so some latent fields get a ground truth.
 Conversations are played with the gym's scripted solver on the agent's side, some of its turns replaced by
 weaker ones (seeded) so that the user's replies and states vary. Every user reply becomes one row: the
-context is the conversation before it, and the reply is the ground truth. Roles follow spec 5.2 for
+context is the conversation before it, and the reply is the ground truth. Roles follow docs/spec/ALGORITHMS.md §5.2 for
 assistant-chat data: the agent's turns stay `assistant` messages, the user's turns are `user` messages
 (the simulated user, HUMAN, writes the next `user` turn; `flip_roles` gives the other convention).
 

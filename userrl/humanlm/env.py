@@ -1,4 +1,4 @@
-"""The user-reply task family (spec 5.2) as a one-step gym, `humanlm`, played by the one episode loop.
+"""The user-reply task family (docs/spec/ALGORITHMS.md §5.2) as a one-step gym, `humanlm`, played by the one episode loop.
 
 A task is one (row, field) item of a `UserReplyTask`: the field's persona-bearing system prompt plus the
 row's context messages (`native_prompt()`), which `env.protocol: user_reply` renders as they are. The

@@ -1,4 +1,4 @@
-"""HumanLM's latent-state fields (spec 5.2): the s-e-b-v-g-c-r hierarchy, its thresholds and token limits."""
+"""HumanLM's latent-state fields (docs/spec/ALGORITHMS.md §5.2): the s-e-b-v-g-c-r hierarchy, its thresholds and token limits."""
 
 from __future__ import annotations
 

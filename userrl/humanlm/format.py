@@ -1,4 +1,4 @@
-"""The user-reply task's prompts and parsing (spec 5.2 "Output format"): modes, the 7x expansion, the
+"""The user-reply task's prompts and parsing (docs/spec/ALGORITHMS.md §5.2 "Output format"): modes, the 7x expansion, the
 per-field system prompts, stop strings, the prompt budget, strict parsing (training) and flexible parsing
 (evaluation)."""
 
@@ -17,9 +17,9 @@ from userrl.humanlm.row import HUMAN, Row
 #: `sequential`: the curriculum's mode: one field per rollout at the level the hierarchy map chose, with
 #: the earlier levels' generated blocks appended to the prompt (curriculum.py).
 MODES: tuple[str, ...] = ("separate_system_prompt", "response_only", "sequential")
-#: Stop at the closing tag of any field (spec 5.2); the closing tag must stay in the text the parser sees.
+#: Stop at the closing tag of any field (docs/spec/ALGORITHMS.md §5.2); the closing tag must stay in the text the parser sees.
 STOP_STRINGS: tuple[str, ...] = tuple(f.close_tag for f in FIELDS)
-#: A thinking model's token limit for any field (spec 5.2: "512 tokens (1024 with thinking)"): its reasoning
+#: A thinking model's token limit for any field (docs/spec/ALGORITHMS.md §5.2: "512 tokens (1024 with thinking)"): its reasoning
 #: comes first, so a latent field's own 48 would end every reply inside `<think>` and parse as nothing.
 THINKING_MAX_TOKENS = 1024
 
@@ -299,7 +299,7 @@ def parse_flexible(text: str, fields: str | Sequence[str]) -> Parsed:
 
 
 def valid_rates(parses: Iterable[Parsed]) -> dict[str, float]:
-    """Per field, the share of parses that expected it and parsed it (spec 5.2: log the valid rate per field)."""
+    """Per field, the share of parses that expected it and parsed it (docs/spec/ALGORITHMS.md §5.2: log the valid rate per field)."""
     seen: Counter[str] = Counter()
     ok: Counter[str] = Counter()
     for parsed in parses:

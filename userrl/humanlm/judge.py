@@ -1,4 +1,4 @@
-"""HumanLM's reward (spec 5.2 "Judge procedure", "Aggregation"): the judge prompt with a whole group's
+"""HumanLM's reward (docs/spec/ALGORITHMS.md §5.2 "Judge procedure", "Aggregation"): the judge prompt with a whole group's
 candidates in one call, the judge's output format, retries and clamping, and two judges: `openai` (any
 OpenAI-compatible model through envs/openai_client.py) and `scripted` (deterministic, offline).
 
@@ -160,7 +160,7 @@ class OpenAIJudge:
 
     Transport failures (rate limits included) are retried by the client itself (its `attempts`, with
     exponential backoff); a bad reply is retried here, BAD_REPLY_ATTEMPTS calls in all. A call that never
-    yields a usable reply scores 0 for its candidates (spec 5.2: "a final failure scores 0"), counted as
+    yields a usable reply scores 0 for its candidates (docs/spec/ALGORITHMS.md §5.2: "a final failure scores 0"), counted as
     `judge_failures`. num_repeats > 1 averages that many calls.
     """
 
@@ -241,7 +241,7 @@ def make_openai_judge(
     llm: Mapping[str, Any] | Any = None, purpose: str = "train", num_repeats: int = 1
 ) -> OpenAIJudge:
     """An openai judge from an `llm` spec (as the gyms take it); purpose `train` samples at temperature 1.0,
-    `validation` at 0 (spec 5.2), unless the spec sets temperature; max_tokens 4096 unless set."""
+    `validation` at 0 (docs/spec/ALGORITHMS.md §5.2), unless the spec sets temperature; max_tokens 4096 unless set."""
     from userrl.envs.openai_client import LLMConfig, OpenAIRoleClient
 
     if purpose not in ("train", "validation"):
@@ -250,7 +250,7 @@ def make_openai_judge(
         "temperature": 1.0 if purpose == "train" else 0.0,
         "max_tokens": 4096,
         "timeout_s": 120.0,
-        # Rate limits: at most 10 tries with exponential backoff (spec 5.2).
+        # Rate limits: at most 10 tries with exponential backoff (docs/spec/ALGORITHMS.md §5.2).
         "attempts": 10,
         "retry_pause_s": 1.0,
         "retry_backoff": 2.0,
@@ -385,7 +385,7 @@ async def score_group(
     thinking: bool = False,
     weights: Mapping[str, float] | None = None,
 ) -> GroupScore:
-    """Parse a GRPO group's completions for (row, fields) and score them (spec 5.2 "Aggregation").
+    """Parse a GRPO group's completions for (row, fields) and score them (docs/spec/ALGORITHMS.md §5.2 "Aggregation").
 
     score_i = sum over the fields of weight (default 1.0) * the judge's score; an empty generation (or a
     failed strict parse) scores 0; a response equal to the real reply scores min(1, best other + 0.1).

@@ -1,4 +1,4 @@
-"""`user_reply` (HumanLM's single-turn task, spec 5.2): the policy is a user simulator. There is no action
+"""`user_reply` (HumanLM's single-turn task, docs/spec/ALGORITHMS.md §5.2): the policy is a user simulator. There is no action
 syntax: the whole message is the simulated user's reply (tag blocks, scored per group by HumanLM's judge),
 the opening is the task's own messages (persona prompt + context), and decoding ends at a field's closing tag.
 
@@ -18,7 +18,7 @@ class UserReplyProtocol(ActionProtocol):
     """One reply in HumanLM's tag blocks; nothing follows it."""
 
     name = "user_reply"
-    #: Decoding ends after the closing tag of any HumanLM field (spec 5.2 "stop strings").
+    #: Decoding ends after the closing tag of any HumanLM field (docs/spec/ALGORITHMS.md §5.2 "stop strings").
     stop_strings = STOP_STRINGS
     plays_openai = False
     user_replies = True

@@ -1,4 +1,4 @@
-"""One HumanLM data row (spec 5.2 "Data row"): prompt, the real reply, and extra_info with the latent states."""
+"""One HumanLM data row (docs/spec/ALGORITHMS.md §5.2 "Data row"): prompt, the real reply, and extra_info with the latent states."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from userrl.humanlm.fields import FIELD_NAMES, LATENT_FIELDS
 
-#: The name the target user goes by in every prompt (spec 5.2: "the target user is renamed HUMAN").
+#: The name the target user goes by in every prompt (docs/spec/ALGORITHMS.md §5.2: "the target user is renamed HUMAN").
 HUMAN = "HUMAN"
 CHAT_ROLES = ("system", "user", "assistant")
 

@@ -1,4 +1,4 @@
-"""The group-scoring hook of the user-reply task (spec 5.2 "Judge procedure", "Aggregation").
+"""The group-scoring hook of the user-reply task (docs/spec/ALGORITHMS.md §5.2 "Judge procedure", "Aggregation").
 
 The RolloutCoordinator calls `HumanLMGroupScorer.score` on rank 0 after each rollout (and each evaluation),
 before the rollout metrics and the update: the trajectories of one GRPO group share a (row, field) task;

@@ -1,7 +1,7 @@
 """Training a user simulator with the agents' machinery: a config builder whose defaults are HumanLM's.
 
 `UserSimulatorConfig` is `TrainerConfig` with a `.humanlm(...)` section and the spec's settings
-(ALGORITHMS.md 5.2 "Training settings") under whatever the caller sets; `build_trainer()` gives the same
+(docs/spec/ALGORITHMS.md §5.2 "Training settings") under whatever the caller sets; `build_trainer()` gives the same
 `Trainer` (Ray Train FSDP2 learner group, policy replicas, one train loop, MLflow, checkpoints and
 exact resume). What differs is data, not code: the `humanlm` gym's single-turn user-reply tasks, the
 `user_reply` protocol, and the group scorer that judges a group's replies after each rollout.
