@@ -8,8 +8,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from userrl.config import ConfigError, Dtype, HFSettings, VLLMSettings, apply_overrides, read_yaml_mapping
+from userrl.config import ConfigError, Dtype, apply_overrides, read_yaml_mapping
 from userrl.engines.select import EngineName
+from userrl.engines.settings import HFSettings, VLLMSettings
 
 
 class _Section(BaseModel):

@@ -45,8 +45,8 @@ def build_engine(engine: str, model_path: str, dtype: str, pad_token_id: int, ma
 
         engine = resolve_engine(engine, model_path)[0]
     if engine == "hf":
-        from userrl.config import HFSettings
         from userrl.engines.hf import HFEngine
+        from userrl.engines.settings import HFSettings
 
         settings = HFSettings.model_validate(options or {})
         return HFEngine(model_path, dtype=dtype, pad_token_id=pad_token_id, max_batch_size=max_batch_size,

@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from userrl.config import VLLMSettings
 from userrl.engines.base import Engine, GenerationOutput, GenerationRequest
+from userrl.engines.settings import VLLMSettings
 from userrl.models import head_dim
 
 log = logging.getLogger(__name__)
