@@ -39,8 +39,8 @@ HOLD_RAY_TRAIN = textwrap.dedent("""
             ray.shutdown()
         return 0
 
-    cli.cmd_evaluate_user = hold
-    sys.exit(cli.main(["evaluate-user"]))
+    cli.cmd_evaluate = hold
+    sys.exit(cli.main(["evaluate"]))
 """)
 
 
