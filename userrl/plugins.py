@@ -9,6 +9,10 @@ plug-ins without importing any of them by name. Standard library only: every reg
 from __future__ import annotations
 
 import importlib.metadata
+from collections.abc import Mapping
+from typing import TypeVar
+
+T = TypeVar("T")
 
 #: The entry-point group plug-ins register under.
 ENTRY_POINT_GROUP = "userrl.plugins"
@@ -29,3 +33,13 @@ def load_plugins() -> None:
 def plugin_names() -> tuple[str, ...]:
     """The installed plug-ins' names, sorted."""
     return tuple(sorted(e.name for e in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)))
+
+
+def registered(registry: Mapping[str, T], name: str, what: str) -> T:
+    """`registry[name]`, loading the plug-ins first when the name is not built in; a ValueError naming `what`
+    and the known names when no plug-in registers it either."""
+    if name not in registry:
+        load_plugins()
+    if name not in registry:
+        raise ValueError(f"unknown {what} {name!r}; known: {', '.join(sorted(registry))}")
+    return registry[name]

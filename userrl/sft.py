@@ -13,7 +13,7 @@ import numpy as np
 from userrl.chat import ChatFormat
 from userrl.envs import Task, UngroundedTask, make_env, make_solver
 from userrl.envs.registry import get_gym
-from userrl.plugins import load_plugins
+from userrl.plugins import registered
 from userrl.trajectory import ROLE_IDS, Trajectory, TurnRecord
 
 if TYPE_CHECKING:
@@ -202,11 +202,7 @@ def register_sft_source(name: str, source: SFTSource) -> SFTSource:
 def get_sft_source(name: str) -> SFTSource:
     """The SFT source registered under `name` (ValueError naming the known ones); plug-ins' sources are
     registered on the first lookup of a name not built in."""
-    if name not in SFT_SOURCES:
-        load_plugins()
-    if name not in SFT_SOURCES:
-        raise ValueError(f"unknown SFT source {name!r}; known: {', '.join(sorted(SFT_SOURCES))}")
-    return SFT_SOURCES[name]
+    return registered(SFT_SOURCES, name, "SFT source")
 
 
 def _solver_source(config: UserRLConfig, tasks: list[Task], chat: ChatFormat) -> list[Trajectory]:

@@ -18,7 +18,7 @@ from userrl.engines.base import GenerationOutput, GenerationRequest
 from userrl.envs.json_extract import extract_json_object, strip_think
 from userrl.envs.llm import RoleCall, UserModel, attempt_seed
 from userrl.envs.reply_cache import ReplyCache
-from userrl.plugins import load_plugins
+from userrl.plugins import registered
 
 T = TypeVar("T")
 
@@ -162,8 +162,4 @@ def register_user_format(name: str, client: type[ReplicaRoleClient]) -> None:
 def user_client_class(name: str) -> type[ReplicaRoleClient]:
     """The RoleClient class of user format `name` (ValueError naming the known ones); plug-ins' formats are
     registered on the first lookup of a name not built in."""
-    if name not in USER_FORMATS:
-        load_plugins()
-    if name not in USER_FORMATS:
-        raise ValueError(f"unknown env.local_user_format {name!r}; known: {', '.join(sorted(USER_FORMATS))}")
-    return USER_FORMATS[name]
+    return registered(USER_FORMATS, name, "env.local_user_format")
