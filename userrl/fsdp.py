@@ -35,13 +35,18 @@ def _decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
 
 
 def load_sharded_model(path: str, device: torch.device, bf16: bool, trainable: bool = True,
-                       value_head: bool = False) -> torch.nn.Module:
+                       value_head: bool = False, seed: int = 0) -> torch.nn.Module:
     """Load a causal LM (or, with value_head, the same trunk with a scalar head) and shard it with FSDP2."""
     if value_head:  # from a causal LM folder the trunk loads and the head `score` starts fresh
         # No dropout before the head (transformers' default is 0.1): values must not be noisy in training mode.
         config = AutoConfig.from_pretrained(path, num_labels=1)
         config.classifier_dropout = 0.0
-        model = AutoModelForTokenClassification.from_pretrained(path, config=config, dtype=torch.float32).to(device)
+        # A fresh head is drawn from `seed`, not from whatever the process's RNG holds: two runs of one config
+        # start from the same critic (a checkpoint's critic/ has its head, and the draw is then overwritten).
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            model = AutoModelForTokenClassification.from_pretrained(path, config=config, dtype=torch.float32)
+        model = model.to(device)
     else:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device)
     model.config.use_cache = False

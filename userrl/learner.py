@@ -64,7 +64,7 @@ class Learner:
         self.fault: Callable[..., None] | None = None
 
     def _load(self, path: str, value_head: bool = False) -> torch.nn.Module:
-        model = load_sharded_model(path, self.device, self.bf16, value_head=value_head)
+        model = load_sharded_model(path, self.device, self.bf16, value_head=value_head, seed=self.config.experiment.seed)
         if self.config.learners.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         return model

@@ -1,5 +1,7 @@
-"""The critic of the GAE estimators (issue #16): its gradient over ranks and micro-batches, every estimator end
-to end, and exact resume with the critic's own checkpoint.
+"""The critic of the GAE estimators (issue #16): its gradient over ranks and micro-batches.
+
+A GAE estimator trained end to end, and exact resume with the critic's own checkpoint, are measured on the
+reference run of test_reference_run.py.
 
 The reference is the clipped value loss of docs/spec/ALGORITHMS.md §4.7 over the whole mini-batch, written out
 here on a plain (unsharded) transformers token-classification model; gradients are compared, not weights
@@ -15,13 +17,10 @@ import torch
 import torch.distributed as dist
 from ray.train import ScalingConfig
 from ray.train.torch import TorchTrainer
-from safetensors.torch import load_file
 from transformers import AutoModelForTokenClassification
 
-from userrl.checkpoint import CRITIC_DIR, CRITIC_OPTIMIZER
 from userrl.config import parse_config
 from userrl.learner import Learner, ValueTargets
-from userrl.trainer import TrainerConfig
 from userrl.trajectory import Trajectory, TurnRecord
 
 pytestmark = pytest.mark.slow
@@ -135,67 +134,3 @@ def test_critic_gradient_is_one_global_value_loss_for_1_and_2_learners(ray_local
             if result["grad_rel_error"] > TOLERANCE or result["loss"] != pytest.approx(result["ref_loss"], rel=1e-5):
                 failures.append(f"world={world} {case}: {result}")
     assert not failures, "\n".join(failures)
-
-
-def _config(tmp_path, **training):
-    return (TrainerConfig()
-            .experiment(name="gae", seed=2, output_dir=str(tmp_path))
-            .environment(gyms=[{"name": "function", "difficulty": [0]}], protocol="bracket", max_turns=3, max_steps=3)
-            .policy(model="tiny-random", max_new_tokens=6, max_model_len=512, num_cpus_per_replica=0.5, num_threads=1)
-            .env_runners(num_env_runners=1)
-            .training(batch_size=2, group_size=2, lr=1e-4, micro_batch_tokens=1024, **training)
-            .learners(num_learners=2)
-            .tracking(experiment="gae", mlflow_uri=f"sqlite:///{tmp_path}/mlflow.db"))
-
-
-def test_a_gae_estimator_trains_end_to_end(ray_local, tiny_model, tmp_path):
-    """gae_multiturn with cumulative returns, StarPO-S and the format penalty, one iteration.
-
-    The learner's critic path is the same for every GAE estimator, which differ only in the function
-    `gae_advantages` dispatches to: every estimator through that dispatch against the per-row oracle is
-    tests/unit/test_algorithms_gae.py::test_gae_advantages_matches_per_row_oracle_and_batch_whitening, the config's
-    settings reaching it tests/unit/test_estimator_config.py, and gae_bilevel_weighted trains three iterations in
-    the resume test below (an end-to-end run per estimator cost 95 s of the suite for the same learner path)."""
-    algo = (_config(tmp_path, adv_estimator="gae_multiturn", mt_gae_returns="cumulative", iterations=1,
-                    rollout_filter_ratio=0.5, format_penalty=-0.1).checkpointing(every=0).build_trainer())
-    try:
-        results = algo.fit()
-    finally:
-        algo.stop()
-    assert [r["iteration"] for r in results] == [1]  # more iterations: the resume test below
-    for r in results:
-        for key in ("critic/value_loss", "critic/explained_variance", "critic/value_mean", "critic/return_mean",
-                    "critic/grad_norm", "learner/loss"):
-            assert key in r and r[key] == r[key], key  # present and not NaN
-        assert r["critic/grad_norm"] > 0
-        assert r["rollout/filtered_episodes"] == 2.0  # StarPO-S at 0.5: one of the two groups of two is left out
-
-
-def test_exact_resume_with_the_critic(ray_local, tiny_model, tmp_path):
-    """gae_bilevel_weighted, 3 iterations straight, against 2 + a resumed third: policy and critic equal."""
-    def config(folder):
-        return _config(folder, adv_estimator="gae_bilevel_weighted", iterations=3).checkpointing(every=1)
-
-    straight = config(tmp_path / "a").build_trainer()
-    try:
-        results = straight.fit()
-    finally:
-        straight.stop()
-    checkpoint = tmp_path / "a" / "gae" / "checkpoints" / "iter_000002"
-    assert (checkpoint / CRITIC_DIR / "model.safetensors").is_file() and (checkpoint / CRITIC_OPTIMIZER).is_file()
-
-    resumed = config(tmp_path / "b").checkpointing(every=1, resume_from=str(checkpoint)).build_trainer()
-    try:
-        again = resumed.fit()
-    finally:
-        resumed.stop()
-    assert [r["iteration"] for r in again] == [3]
-    assert again[0]["rollout/sampled_tokens"] == results[-1]["rollout/sampled_tokens"]
-    for key in ("learner/loss", "critic/value_loss", "critic/value_mean"):
-        assert again[0][key] == pytest.approx(results[-1][key], abs=1e-5), key
-    for part in ("model", CRITIC_DIR):
-        a = load_file(tmp_path / "a" / "gae" / "checkpoints" / "iter_000003" / part / "model.safetensors")
-        b = load_file(tmp_path / "b" / "gae" / "checkpoints" / "iter_000003" / part / "model.safetensors")
-        assert a.keys() == b.keys()
-        for key in a:
-            torch.testing.assert_close(a[key], b[key], atol=1e-5, rtol=1e-4)
