@@ -34,11 +34,25 @@ def _runs(tmp_path, name):
     return client, client.search_runs([client.get_experiment_by_name(name).experiment_id])
 
 
-def test_sweep_mlflow_restore_and_report(ray_local, tiny_model, tmp_path, capsys):
-    path = _sweep_file(tmp_path, "credit_tiny", {"training.turn_credit": ["equalized", "em"]})
-    assert main(["sweep", str(path)]) == 0
+def test_sweep_errored_trial_mlflow_resume_and_report(ray_local, tiny_model, tmp_path, capsys):
+    """Two trials, the second of whose model folder is missing: it fails and is reported; once the folder
+    exists, --resume restores the finished trial (nothing re-runs) and runs the errored one."""
+    model = tmp_path / "model"
+    grid = {"credit": [{"training.turn_credit": "equalized"},
+                       {"training.turn_credit": "em", "policy.model": str(model)}]}
+    path = _sweep_file(tmp_path, "credit_tiny", grid)
+    assert main(["sweep", str(path)]) == 1
     out = " ".join(capsys.readouterr().out.split())
-    assert "sweep credit_tiny: rollout/reward_mean (max)" in out and out.count("TERMINATED") >= 2
+    assert "ERROR" in out and "neither a known model" in out and "--resume" in out
+    assert "sweep credit_tiny: rollout/reward_mean (max)" in out and out.count("TERMINATED") >= 1
+
+    # Starting it again is refused; --resume restores the finished trial and runs the errored one.
+    assert main(["sweep", str(path)]) == 2
+    assert "pass --resume" in capsys.readouterr().out
+    shutil.copytree(tiny_model, model)
+    assert main(["sweep", str(path), "--resume"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "resuming sweep credit_tiny" in out and out.count("TERMINATED") >= 2
     assert "best (rollout/reward_mean, max, scope last): turn_credit=" in out
 
     # One MLflow experiment named after the sweep; a run per trial, tagged, with its params and metrics.
@@ -47,21 +61,14 @@ def test_sweep_mlflow_restore_and_report(ray_local, tiny_model, tmp_path, capsys
     for run in runs:
         assert run.info.status == "FINISHED" and run.data.tags["sweep"] == "credit_tiny"
         assert run.data.tags["sweep.training.turn_credit"] == run.data.params["training.turn_credit"]
-        assert run.info.run_name == f"turn_credit={run.data.params['training.turn_credit']}"
+        assert f"turn_credit={run.data.params['training.turn_credit']}" in run.info.run_name.split(",")
+        # one iteration each: the trial restored by --resume did not run again
         assert len(client.get_metric_history(run.info.run_id, "rollout.reward_mean")) == 1
         # each trial has its own run folder and checkpoints
         checkpoint = Path(run.data.tags["checkpoint"])
         assert checkpoint.name == "iter_000001" and (checkpoint / "meta.json").is_file()
         assert checkpoint.parents[2] == tmp_path / "runs" / "credit_tiny"
     assert len({Path(r.data.tags["checkpoint"]).parents[1] for r in runs}) == 2
-
-    # Starting it again is refused; --resume restores the finished trials (nothing re-runs).
-    assert main(["sweep", str(path)]) == 2
-    assert "pass --resume" in capsys.readouterr().out
-    assert main(["sweep", str(path), "--resume"]) == 0
-    out = " ".join(capsys.readouterr().out.split())
-    assert "resuming sweep credit_tiny" in out and out.count("TERMINATED") >= 2
-    assert len(_runs(tmp_path, "credit_tiny")[1]) == 2
 
     # The report: tables list both runs, learning curves are real PNGs.
     uri = f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}"
@@ -77,19 +84,4 @@ def test_sweep_mlflow_restore_and_report(ray_local, tiny_model, tmp_path, capsys
                 assert image.format == "PNG" and image.width > 400 and image.height > 200
         assert not (out_dir / "eval_reward.png").exists()  # no evaluation in these runs: no empty plot
     table = (tmp_path / "report_markdown" / "report.md").read_text().split("## All runs")[1].split("##")[0]
-    assert table.count("| turn_credit=") == 2 and "FINISHED" in table
-
-
-def test_errored_trial_is_reported_and_resumed(ray_local, tiny_model, tmp_path, capsys):
-    """A trial whose model folder is missing fails; once it exists, --resume runs that trial."""
-    model = tmp_path / "model"
-    path = _sweep_file(tmp_path, "fails_once", {"training.turn_credit": ["r2g"]}, [f"policy.model={model}"])
-    assert main(["sweep", str(path)]) == 1
-    out = " ".join(capsys.readouterr().out.split())
-    assert "ERROR" in out and "neither a known model" in out and "--resume" in out
-
-    shutil.copytree(tiny_model, model)
-    assert main(["sweep", str(path), "--resume"]) == 0
-    assert "TERMINATED" in capsys.readouterr().out
-    (run,) = _runs(tmp_path, "fails_once")[1]
-    assert run.info.status == "FINISHED" and run.data.params["training.turn_credit"] == "r2g"
+    assert table.count("turn_credit=") == 2 and table.count("FINISHED") == 2

@@ -327,7 +327,8 @@ def test_only_refuses_unknown_axes_and_positions(tmp_path, capsys, only, message
 @pytest.mark.parametrize(("metrics", "error", "status"), [
     ({"iteration": 3, "done": True}, None, "TERMINATED"),
     ({"iteration": 2, "done": True}, None, "INTERRUPTED"),  # stopped short, though Tune marked it done
-    ({"iteration": 3}, None, "INTERRUPTED"),  # its function never returned
+    ({"iteration": 3, "done": False}, None, "TERMINATED"),  # restored by --resume: Tune saved it with done=False
+    ({"iteration": 2}, None, "INTERRUPTED"),
     ({}, None, "PENDING"),
     ({"iteration": 1}, RuntimeError("boom"), "ERROR"),
     ({}, RuntimeError("boom"), "ERROR"),

@@ -499,16 +499,19 @@ def _best(result: Any, metric: str, mode: str) -> float | None:
 
 
 def trial_status(result: Any, iterations: int) -> str:
-    """A trial's status from Tune's public Result: ERROR (it raised), TERMINATED (its function returned, `done`,
-    after reporting all its `iterations`; 0 = not known), PENDING (it never reported), else INTERRUPTED."""
+    """A trial's status from Tune's public Result: ERROR (it raised), TERMINATED (it reported all its
+    `iterations`; where they are not known (0), Tune marked it `done`), PENDING (it never reported), else
+    INTERRUPTED."""
     if result.error:
         return "ERROR"
     metrics = result.metrics or {}
     reached = metrics.get("iteration")
     if reached is None:
         return "PENDING"
-    # `done` alone is not enough: a trial Tune stopped early (Ctrl-C) may be marked done too.
-    finished = metrics.get("done") and (not iterations or reached == iterations)
+    # The iteration count decides, not `done`: a trial Tune stopped early (Ctrl-C) may be marked done, and Tune's
+    # saved state keeps a finished trial's last result with done=False, which is what a trial restored by
+    # --resume shows. A trial's last report comes after its last checkpoint, so all iterations reported is done.
+    finished = reached == iterations if iterations else bool(metrics.get("done"))
     return "TERMINATED" if finished else "INTERRUPTED"
 
 
