@@ -20,9 +20,9 @@ TINY = ["policy.model=tiny-random", "policy.dtype=float32", "policy.max_new_toke
         "evaluation.interval=0", "checkpointing.every=1", "env.max_turns=2", "env.max_steps=2"]
 
 
-def _sweep_file(tmp_path, name, grid, overrides=()):
+def _sweep_file(tmp_path, name, grid):
     spec = {"name": name, "base": str(REPO / "experiments" / "quickstart.yaml"),
-            "overrides": [*TINY, f"experiment.output_dir={tmp_path / 'runs'}", *overrides],
+            "overrides": [*TINY, f"experiment.output_dir={tmp_path / 'runs'}"],
             "grid": grid, "tune": {"max_concurrent_trials": 1}}
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
