@@ -370,10 +370,9 @@ def api_key_digest(config: ServeConfig) -> str | None:
 
 def build_app(config: ServeConfig):
     """The bound Serve application (gateway -> model) for a serving config."""
-    from transformers import AutoTokenizer
-
     from userrl.checkpoint import model_folder
     from userrl.models import resolve_model
+    from userrl.tokenizer import load_tokenizer
 
     model_path = resolve_model(model_folder(config.model))  # a checkpoint folder serves its model/
     engine, reason = resolve_engine(config.engine, model_path, "engine", gpu=config.num_gpus_per_replica > 0)
@@ -382,7 +381,7 @@ def build_app(config: ServeConfig):
     except ValueError as error:
         raise ConfigError(f"engine={config.engine} runs {engine} here ({reason}): {error}") from None
     announce_engine(engine, reason)
-    pad = AutoTokenizer.from_pretrained(model_path).pad_token_id or 0
+    pad = load_tokenizer(model_path).pad_token_id or 0
     model = model_deployment(config, model_path, pad, engine)
     return Gateway.bind(config.model_dump(mode="json"), model_path, model, api_key_digest(config))
 

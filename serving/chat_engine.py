@@ -135,10 +135,10 @@ class ChatEngine:
 
     def __init__(self, model_path: str, protocol: str | None = None, max_model_len: int = 2048,
                  default_max_tokens: int = 256):
-        from transformers import AutoTokenizer
+        from userrl.tokenizer import load_tokenizer
 
         name = model_protocol(model_path, protocol)
-        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.tokenizer = load_tokenizer(model_path)
         self.tokenizer.chat_template = tool_chat_template(self.tokenizer.chat_template, name)
         self.chat = ChatFormat(self.tokenizer, name)
         #: The action protocol the model was trained with: it renders the prompt and parses the reply.

