@@ -31,6 +31,12 @@ def setting_fields(settings: type) -> list[Field]:
     return [f for f in fields(settings) if "doc" in f.metadata]
 
 
+def settings_from(settings: type, source: Any, **extra: Any) -> Any:
+    """`settings` with each of its `setting` fields read off `source`'s attribute of the same name (the run
+    config's `training`); `extra` sets the fields that are no config keys."""
+    return settings(**{f.name: getattr(source, f.name) for f in setting_fields(settings)}, **extra)
+
+
 def check_settings(settings: Any) -> None:
     """ValueError naming the field when a settings value is not one of its names or lies outside its bounds."""
     for f in setting_fields(type(settings)):

@@ -6,6 +6,7 @@ import argparse
 import json
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -122,19 +123,59 @@ def render_task_file(gym: str, split_seed: int, items: list[dict[str, Any]]) -> 
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 
-def canonical_main(
-    argv: Sequence[str] | None, description: str, default_path: Path, canonical_text: Callable[[Path], str]
-) -> int:
-    """Rewrite a hand-written file in canonical form, or with --check only report whether it already is."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--path", type=Path, default=default_path)
-    parser.add_argument("--check", action="store_true", help="verify only; exit 1 if the file would change")
-    args = parser.parse_args(argv)
-    text = canonical_text(args.path)
-    if args.check:
-        same = args.path.read_text(encoding="utf-8") == text
-        print(f"{args.path}: {'canonical' if same else 'NOT canonical; run without --check'}")
-        return 0 if same else 1
-    args.path.write_text(text, encoding="utf-8")
-    print(f"wrote {args.path}")
-    return 0
+Item = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class HandWrittenSet:
+    """A gym's hand-written task file kept in canonical form: each raw object is built into an item (a malformed
+    one stops at once), duplicates and design problems are listed together, then the items get their splits."""
+
+    gym: str
+    path: Path
+    split_seed: int
+    description: str  # of the generator's command line
+    #: A raw object and where it stands ("item 3") -> the item with its id; ValueError when malformed.
+    build: Callable[[Item, str], Item]
+    #: The key no two items may share, and what an error calls it (e.g. ("task", "request")).
+    unique: tuple[str, str]
+    design_problems: Callable[[Item], list[str]]
+    #: The checked items, in input order -> the canonical items, each with its split.
+    split: Callable[[list[Item]], list[Item]]
+
+    def canonical_items(self, raw_items: Sequence[Any]) -> list[Item]:
+        """Validated items with ids and splits assigned, in input order; ValueError lists every problem."""
+        key, noun = self.unique
+        items, problems, seen = [], [], set()
+        for n, raw in enumerate(raw_items):
+            where = f"item {n + 1}"
+            if not isinstance(raw, dict):
+                raise ValueError(f"{where}: expected an object")
+            item = self.build(raw, where)
+            if item[key] in seen:
+                problems.append(f"{where}: duplicate {noun} {item[key]!r}")
+            seen.add(item[key])
+            problems.extend(self.design_problems(item))
+            items.append(item)
+        if problems:
+            raise ValueError(f"the builtin {self.gym} set breaks its design rules:\n  " + "\n  ".join(problems))
+        return self.split(items)
+
+    def canonical_text(self, path: Path | None = None) -> str:
+        """The canonical form of the data file at path (the builtin file when None)."""
+        return render_task_file(self.gym, self.split_seed, self.canonical_items(read_raw_items(path or self.path)))
+
+    def main(self, argv: Sequence[str] | None = None) -> int:
+        """Rewrite the data file in canonical form, or with --check only report whether it already is."""
+        parser = argparse.ArgumentParser(description=self.description)
+        parser.add_argument("--path", type=Path, default=self.path)
+        parser.add_argument("--check", action="store_true", help="verify only; exit 1 if the file would change")
+        args = parser.parse_args(argv)
+        text = self.canonical_text(args.path)
+        if args.check:
+            same = args.path.read_text(encoding="utf-8") == text
+            print(f"{args.path}: {'canonical' if same else 'NOT canonical; run without --check'}")
+            return 0 if same else 1
+        args.path.write_text(text, encoding="utf-8")
+        print(f"wrote {args.path}")
+        return 0

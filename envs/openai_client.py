@@ -338,38 +338,19 @@ class OpenAIRoleClient:
             f"roles={sorted(self._per_role)})"
         )
 
-    async def complete_json(
-        self,
-        role: str,
-        system: str,
-        user: str,
-        validate: Callable[[dict[str, Any]], T],
-        *,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-        seed: int | None = None,
-    ) -> tuple[T | None, RoleCall]:
-        """One system + one user message; extract a JSON object (docs/spec/GYMS.md §0.6) and pass it through
-        `validate` (which raises ValueError/KeyError/TypeError to reject it). Retries on failure; the
-        value is None when every attempt failed. `seed` is sent as the request's `seed` (attempt k:
-        `attempt_seed`)."""
+    async def complete_json(self, role: str, system: str, user: str, validate: Callable[[dict[str, Any]], T], *,
+                            max_tokens: int | None = None, temperature: float | None = None,
+                            seed: int | None = None) -> tuple[T | None, RoleCall]:
+        """RoleClient.complete_json over the endpoint; each attempt's seed is sent as the request's `seed`."""
 
         def parse(reply: str) -> T:
             return validate(extract_json_object(reply))
 
         return await self._call(role, system, user, parse, max_tokens, temperature, seed)
 
-    async def complete_text(
-        self,
-        role: str,
-        system: str,
-        user: str,
-        *,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-        seed: int | None = None,
-    ) -> tuple[str | None, RoleCall]:
-        """Free-text completion with the same retries and seeds; None when every attempt failed."""
+    async def complete_text(self, role: str, system: str, user: str, *, max_tokens: int | None = None,
+                            temperature: float | None = None, seed: int | None = None) -> tuple[str | None, RoleCall]:
+        """RoleClient.complete_text over the endpoint, think blocks dropped; an empty reply is a failed attempt."""
 
         def parse(reply: str) -> str:
             # A thinking model's reasoning must not leak into what the agent reads as the user's words.

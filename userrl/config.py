@@ -34,6 +34,7 @@ from userrl.algorithms.settings import (  # torch-free: the CLI starts without t
     GAEConfig,
     GRPOConfig,
     setting_fields,
+    settings_from,
     settings_of,
 )
 from userrl.engines.select import EngineName
@@ -430,14 +431,11 @@ class TrainingConfig(EstimatorSettings):
 
     def grpo(self) -> GRPOConfig:
         """The `userrl.algorithms.GRPOConfig` of these settings."""
-        return self._settings(GRPOConfig)
+        return settings_from(GRPOConfig, self)
 
     def gae(self) -> GAEConfig:
         """The `userrl.algorithms.GAEConfig` of these settings (GAE estimators)."""
-        return self._settings(GAEConfig, estimator=self.adv_estimator)
-
-    def _settings(self, settings: type, **extra: Any) -> Any:
-        return settings(**{f.name: getattr(self, f.name) for f in setting_fields(settings)}, **extra)
+        return settings_from(GAEConfig, self, estimator=self.adv_estimator)
 
 
 class CriticConfig(_Section):

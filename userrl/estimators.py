@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import torch
 
 from userrl.algorithms import (
+    GAEConfig,
+    GRPOConfig,
     explained_variance,
     gae_advantages,
     grpo_multiturn_advantages,
@@ -53,19 +55,20 @@ Estimate = tuple[list[torch.Tensor], dict[str, float], ValueTargets | None]
 
 class AdvantageEstimator(ABC):
     """Turns a batch's rewards into advantages per trajectory (aligned with input_ids), group statistics and,
-    for an estimator with a critic, the critic's targets."""
+    for an estimator with a critic, the critic's targets. Built once by `make_estimator`, it holds the settings
+    it reads and never goes back to the run config."""
 
     needs_critic: bool = False
 
-    def __init__(self, config: UserRLConfig, pad_token_id: int):
-        self.config = config
+    def __init__(self, pad_token_id: int, grpo: GRPOConfig, format_penalty: float = 0.0):
         self.pad_token_id = pad_token_id
-        self.grpo = config.training.grpo()
+        self.grpo = grpo
+        self.format_penalty = format_penalty
 
     def estimate(self, trajectories: list[Trajectory], values: ValueFunction) -> Estimate:
         """Advantages, statistics and value targets (None without a critic); `values` is called only by an
         estimator with a critic."""
-        rewards = [estimator_turn_rewards(t, self.config.training.format_penalty) for t in trajectories]
+        rewards = [estimator_turn_rewards(t, self.format_penalty) for t in trajectories]
         return self.from_rewards(trajectories, collate(trajectories, self.pad_token_id), rewards, values)
 
     @abstractmethod
@@ -90,19 +93,26 @@ class GAEEstimator(AdvantageEstimator):
 
     needs_critic = True
 
+    def __init__(self, pad_token_id: int, grpo: GRPOConfig, format_penalty: float, gae: GAEConfig,
+                 reward_placement: str, whiten_advantages: bool, mask_obs: bool):
+        super().__init__(pad_token_id, grpo, format_penalty)
+        self.gae = gae
+        self.reward_placement = reward_placement
+        self.whiten_advantages = whiten_advantages
+        self.mask_obs = mask_obs
+
     def from_rewards(self, trajectories: list[Trajectory], batch: TensorBatch, rewards: list[list[float]],
                      values: ValueFunction) -> Estimate:
         """GAE advantages and returns; the critic's statistics for logging."""
-        tc = self.config.training
         old_values = values(trajectories)
-        scores = [trajectory_score(r, self.grpo.trajectory_score, tc.gamma, self.grpo.mean_score_round)
+        scores = [trajectory_score(r, self.grpo.trajectory_score, self.gae.gamma, self.grpo.mean_score_round)
                   for r in rewards]
-        token_rewards = place_token_rewards(batch.loss_mask, batch.turn_ids, rewards, tc.reward_placement, scores)
+        token_rewards = place_token_rewards(batch.loss_mask, batch.turn_ids, rewards, self.reward_placement, scores)
         lengths = [len(t.input_ids) for t in trajectories]
         masks = [batch.loss_mask[i, :n] for i, n in enumerate(lengths)]
         advantages, returns = gae_advantages([token_rewards[i, :n] for i, n in enumerate(lengths)], old_values,
-                                             masks, tc.gae(), tc.whiten_advantages)
-        critic_mask = [value_loss_mask(m, self.config.critic.mask_obs) for m in masks]
+                                             masks, self.gae, self.whiten_advantages)
+        critic_mask = [value_loss_mask(m, self.mask_obs) for m in masks]
         flat = {name: torch.cat(rows) for name, rows in
                 (("values", old_values), ("returns", returns), ("mask", critic_mask))}
         counted = max(float(flat["mask"].sum()), 1.0)
@@ -114,6 +124,10 @@ class GAEEstimator(AdvantageEstimator):
 
 
 def make_estimator(config: UserRLConfig, pad_token_id: int) -> AdvantageEstimator:
-    """The estimator of `training.adv_estimator`: the GAE family trains a critic, grpo_multiturn does not."""
-    kind = GAEEstimator if config.training.uses_critic else GRPOMultiTurnEstimator
-    return kind(config, pad_token_id)
+    """The estimator of `training.adv_estimator`, handed its settings from the typed config once: the GAE family
+    trains a critic, grpo_multiturn does not."""
+    tc = config.training
+    if not tc.uses_critic:
+        return GRPOMultiTurnEstimator(pad_token_id, tc.grpo(), tc.format_penalty)
+    return GAEEstimator(pad_token_id, tc.grpo(), tc.format_penalty, tc.gae(), tc.reward_placement,
+                        tc.whiten_advantages, config.critic.mask_obs)

@@ -11,11 +11,9 @@ from __future__ import annotations
 import random
 import sys
 import uuid
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from userrl.envs.generate_cli import canonical_main, read_raw_items, render_task_file, sample_test_ids
+from userrl.envs.generate_cli import HandWrittenSet, sample_test_ids
 from userrl.envs.intention.scripted import covers, detail_keywords
 from userrl.envs.intention.tasks import BUILTIN_TASKS_PATH, GYM, details_of, validate_detail
 from userrl.envs.text import content_words
@@ -52,35 +50,20 @@ def design_problems(item: dict[str, Any]) -> list[str]:
     return problems
 
 
-def canonical_items(raw_items: Sequence[Any]) -> list[dict[str, Any]]:
-    """Validated items with ids and splits assigned, in input order; ValueError lists every problem."""
-    items, problems, seen = [], [], set()
-    for n, raw in enumerate(raw_items):
-        where = f"item {n + 1}"
-        if not isinstance(raw, dict):
-            raise ValueError(f"{where}: expected an object")
-        for key in ("category", "task"):
-            if not isinstance(raw.get(key), str) or not raw[key].strip():
-                raise ValueError(f"{where}: {key} must be a non-empty string")
-        details = raw.get("missing_details")
-        if not isinstance(details, list) or not details:
-            raise ValueError(f"{where}: missing_details must be a non-empty list")
-        item = {
-            "id": item_id(raw["task"]),
-            "category": raw["category"],
-            "task": raw["task"],
-            "missing_details": [
-                validate_detail(d, f"{where}, detail {i + 1}") for i, d in enumerate(details)
-            ],
-        }
-        if item["task"] in seen:
-            problems.append(f"{where}: duplicate request {item['task']!r}")
-        seen.add(item["task"])
-        problems.extend(design_problems(item))
-        items.append(item)
-    if problems:
-        raise ValueError("the builtin intention set breaks its design rules:\n  " + "\n  ".join(problems))
-    return assign_splits(items)
+def build_item(raw: dict[str, Any], where: str) -> dict[str, Any]:
+    """A raw item as validated, with its id; ValueError when malformed."""
+    for key in ("category", "task"):
+        if not isinstance(raw.get(key), str) or not raw[key].strip():
+            raise ValueError(f"{where}: {key} must be a non-empty string")
+    details = raw.get("missing_details")
+    if not isinstance(details, list) or not details:
+        raise ValueError(f"{where}: missing_details must be a non-empty list")
+    return {
+        "id": item_id(raw["task"]),
+        "category": raw["category"],
+        "task": raw["task"],
+        "missing_details": [validate_detail(d, f"{where}, detail {i + 1}") for i, d in enumerate(details)],
+    }
 
 
 def assign_splits(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -109,14 +92,9 @@ def assign_splits(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def canonical_text(path: Path = BUILTIN_TASKS_PATH) -> str:
-    """The canonical form of the data file at path."""
-    return render_task_file(GYM, SPLIT_SEED, canonical_items(read_raw_items(path)))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Rewrite the data file in canonical form, or with --check only report whether it already is."""
-    return canonical_main(argv, __doc__.splitlines()[0], BUILTIN_TASKS_PATH, canonical_text)
+BUILTIN = HandWrittenSet(GYM, BUILTIN_TASKS_PATH, SPLIT_SEED, __doc__.splitlines()[0], build_item,
+                         ("task", "request"), design_problems, assign_splits)
+canonical_items, canonical_text, main = BUILTIN.canonical_items, BUILTIN.canonical_text, BUILTIN.main
 
 
 if __name__ == "__main__":

@@ -13,11 +13,9 @@ import base64
 import hashlib
 import random
 import sys
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from userrl.envs.generate_cli import canonical_main, read_raw_items, render_task_file, sample_test_ids
+from userrl.envs.generate_cli import HandWrittenSet, sample_test_ids
 from userrl.envs.persuade.scripted import score_argument
 from userrl.envs.persuade.tasks import BUILTIN_TASKS_PATH, GYM
 from userrl.envs.text import content_words
@@ -65,29 +63,21 @@ def _text(raw: dict[str, Any], key: str, where: str) -> str:
     return " ".join(value.split())
 
 
-def canonical_items(raw_items: Sequence[Any]) -> list[dict[str, Any]]:
-    """Items with ids and splits assigned, in input order; ValueError lists every design problem."""
-    items, problems, seen = [], [], set()
-    for n, raw in enumerate(raw_items):
-        where = f"item {n + 1}"
-        if not isinstance(raw, dict):
-            raise ValueError(f"{where}: expected an object")
-        counter = raw.get("counterarguments")
-        if not isinstance(counter, list):
-            raise ValueError(f"{where}: counterarguments must be a list of strings")
-        item = {
-            "claim": _text(raw, "claim", where),
-            "argument": _text(raw, "argument", where),
-            "counterarguments": [_text({"c": c}, "c", f"{where} counterargument") for c in counter],
-        }
-        item["id"] = item_id(item["claim"])
-        if item["claim"] in seen:
-            problems.append(f"{where}: duplicate claim {item['claim']!r}")
-        seen.add(item["claim"])
-        problems.extend(design_problems(item))
-        items.append(item)
-    if problems:
-        raise ValueError("the builtin persuade set breaks its design rules:\n  " + "\n  ".join(problems))
+def build_item(raw: dict[str, Any], where: str) -> dict[str, Any]:
+    """A raw item with its text normalised and its id; ValueError when malformed."""
+    counter = raw.get("counterarguments")
+    if not isinstance(counter, list):
+        raise ValueError(f"{where}: counterarguments must be a list of strings")
+    item = {
+        "claim": _text(raw, "claim", where),
+        "argument": _text(raw, "argument", where),
+        "counterarguments": [_text({"c": c}, "c", f"{where} counterargument") for c in counter],
+    }
+    return {**item, "id": item_id(item["claim"])}
+
+
+def assign_splits(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A seeded TEST_FRACTION of the items (at least one) go to test."""
     ids = sorted(item["id"] for item in items)
     test_ids = sample_test_ids(random.Random(SPLIT_SEED), ids, TEST_FRACTION, 1)
     return [
@@ -102,14 +92,9 @@ def canonical_items(raw_items: Sequence[Any]) -> list[dict[str, Any]]:
     ]
 
 
-def canonical_text(path: Path = BUILTIN_TASKS_PATH) -> str:
-    """The canonical form of the data file at path."""
-    return render_task_file(GYM, SPLIT_SEED, canonical_items(read_raw_items(path)))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Rewrite the data file in canonical form, or with --check only report whether it already is."""
-    return canonical_main(argv, __doc__.splitlines()[0], BUILTIN_TASKS_PATH, canonical_text)
+BUILTIN = HandWrittenSet(GYM, BUILTIN_TASKS_PATH, SPLIT_SEED, __doc__.splitlines()[0], build_item,
+                         ("claim", "claim"), design_problems, assign_splits)
+canonical_items, canonical_text, main = BUILTIN.canonical_items, BUILTIN.canonical_text, BUILTIN.main
 
 
 if __name__ == "__main__":
