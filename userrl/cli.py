@@ -18,7 +18,7 @@ from userrl.commands.registry import add_config_arguments, registered_commands
 from userrl.config import ConfigError, UserRLConfig, load_config
 from userrl.progress import print_result, progress_bars
 
-console = Console()
+console = Console(soft_wrap=True)  # a path or a long line is never broken in a log (no terminal: 80 columns)
 
 
 def _progress(result: dict[str, Any]) -> None:

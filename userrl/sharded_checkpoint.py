@@ -30,8 +30,11 @@ class Trained(NamedTuple):
 
 
 def _unsharded(kind: type, config: Any, state: dict[str, torch.Tensor], strict: bool = True) -> torch.nn.Module:
-    model = kind.from_config(config)
-    model.load_state_dict(state, strict=strict)
+    # Built on the meta device and given the gathered tensors: a random initialisation first would cost
+    # 1.3 s per checkpoint at 135M parameters, for values that are all overwritten.
+    with torch.device("meta"):
+        model = kind.from_config(config)
+    model.load_state_dict(state, strict=strict, assign=True)
     return model
 
 

@@ -9,8 +9,6 @@ tokens 0.66 away. So a small gap in every iteration shows that each sync landed.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
@@ -48,9 +46,12 @@ def test_fit_on_a_vllm_replica(ray_local, tmp_path, monkeypatch):
                       vllm={"enforce_eager": True})
               .env_runners(num_env_runners=1)
               .training(iterations=2, batch_size=2, group_size=2, lr=1e-5, micro_batch_tokens=2048)
-              .sft(enabled=True, episodes=4, epochs=2, batch_size=4, lr=5e-4)
+              # One SFT step: it moves the weights far from the packaged ones (the stale check below).
+              .sft(enabled=True, episodes=2, epochs=1, batch_size=2, lr=5e-4)
               .learners(num_learners=2, precision="float32")
-              .checkpointing(every=2)
+              # No checkpoints: a checkpoint is the learners' alone, whatever the engine (two here cost 36 s;
+              # test_reference_run.py checks their layout, metadata and exact resume).
+              .checkpointing(every=0)
               .tracking(experiment="vllm-fit", mlflow_uri=f"sqlite:///{tmp_path}/mlflow.db"))
     algo = config.build_trainer()
     try:
@@ -73,10 +74,6 @@ def test_fit_on_a_vllm_replica(ray_local, tmp_path, monkeypatch):
             assert len(sampled) == trajectory.num_sampled > 0
             assert all(lp <= 0.0 for lp in sampled)
             assert trajectory.policy_version == result["policy_version"] - 1
-    checkpoint = tmp_path / "runs" / "vllm-fit" / "checkpoints" / "iter_000002"
-    assert results[-1]["checkpoint"] == str(checkpoint)
-    assert json.loads((checkpoint / "meta.json").read_text())["policy_version"] == 3
-    assert (checkpoint / "model" / "model.safetensors").is_file()
     # The check has teeth: the packaged weights score the same sampled tokens far from the sampler.
     stale = _stale_gap(algo.model_path, results[0]["samples"][0])
     assert stale > 10 * SYNCED_GAP, stale
