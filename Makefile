@@ -50,10 +50,10 @@ browser:
 
 test: $(STAMP) $(VLLM_STAMP) browser
 	$(VENV)/bin/ruff check userrl envs algorithms experiments serving tests bench
-	# The unit tests in two processes (each test is alone in its process; 2 cores: 123 s -> 80 s). The integration
-	# tests one at a time: each starts Ray actors and processes that already take both cores.
-	RAY_AUTH_MODE=disabled $(VENV)/bin/pytest -q -n 2 tests/unit
-	RAY_AUTH_MODE=disabled $(VENV)/bin/pytest -q --durations=30 tests/integration
+	# Two test processes, each taking whole files (a module's fixtures, e.g. its vLLM replica, start once; each
+	# process has a local Ray of its own). On 2 cores the integration tests wait on process starts, restarts
+	# and the network often enough that a second process fills the gaps (bench/README "make test").
+	RAY_AUTH_MODE=disabled $(VENV)/bin/pytest -q -n 2 --dist loadfile --durations=30
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check userrl envs algorithms experiments serving tests bench
