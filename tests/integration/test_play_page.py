@@ -60,12 +60,12 @@ def browser():
                  "--window-size=1280,1750"):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(60)
+    driver.set_page_load_timeout(120)
     yield driver
     driver.quit()
 
 
-def _wait(driver, condition, timeout: float = 90):
+def _wait(driver, condition, timeout: float = 180):  # bounds a hang (make test runs two test processes)
     from selenium.webdriver.support.ui import WebDriverWait
 
     return WebDriverWait(driver, timeout, poll_frequency=0.2).until(lambda d: condition(d))
