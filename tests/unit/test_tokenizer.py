@@ -17,8 +17,8 @@ CHAT = [{"role": "user", "content": "Find f(3)."}, {"role": "assistant", "conten
 
 def _same(a, b) -> None:
     assert type(a) is type(b)
-    assert a.apply_chat_template(CHAT, tokenize=False) == b.apply_chat_template(CHAT, tokenize=False)
     text = a.apply_chat_template(CHAT, tokenize=False)
+    assert text == b.apply_chat_template(CHAT, tokenize=False)
     assert a(text)["input_ids"] == b(text)["input_ids"]
     assert (a.pad_token_id, a.eos_token_id, a.bos_token_id) == (b.pad_token_id, b.eos_token_id, b.bos_token_id)
 
