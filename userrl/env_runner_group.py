@@ -23,10 +23,11 @@ from typing import Any, Literal
 import ray
 
 from userrl.actors.env_runner import REPLICA_LOST, EnvRunner, EpisodeSpec
-from userrl.actors.policy_replica import AWAITING_WEIGHTS, REPLICA_WAIT_S, PolicyReplica
+from userrl.actors.policy_replica import AWAITING_WEIGHTS, PolicyReplica
 from userrl.cluster import init_ray
 from userrl.config import UserRLConfig
 from userrl.engines.select import announce_engine, resolve_engine
+from userrl.replica_handle import REPLICA_WAIT_S
 from userrl.rollout import RolloutLimits, abort_trajectory, new_trajectory
 from userrl.tokenizer import load_tokenizer
 from userrl.trajectory import Trajectory

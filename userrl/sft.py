@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -15,9 +16,6 @@ from userrl.envs import Task, UngroundedTask, make_env, make_solver
 from userrl.envs.registry import get_gym
 from userrl.plugins import registered
 from userrl.trajectory import ROLE_IDS, Trajectory, TurnRecord
-
-if TYPE_CHECKING:
-    from userrl.config import UserRLConfig
 
 log = logging.getLogger(__name__)
 
@@ -185,9 +183,21 @@ def file_demonstrations(path: str | Path, chat: ChatFormat) -> list[Trajectory]:
     return demos
 
 
-#: A source of SFT demonstrations: (config, the training tasks on rank 0, the chat format) -> demonstrations,
-#: each at most policy.max_model_len tokens.
-SFTSource = Callable[["UserRLConfig", list[Task], ChatFormat], list[Trajectory]]
+@dataclass(frozen=True)
+class DemoRequest:
+    """What an SFT source is asked for (from the run's config: sft.episodes, experiment.seed, env.max_turns,
+    policy.max_model_len, sft.path)."""
+
+    episodes: int
+    seed: int
+    max_turns: int
+    max_len: int
+    path: str | None = None
+
+
+#: A source of SFT demonstrations: (the request, the training tasks on rank 0, the chat format) ->
+#: demonstrations, each at most `request.max_len` tokens.
+SFTSource = Callable[[DemoRequest, list[Task], ChatFormat], list[Trajectory]]
 
 #: Registry name (`sft.source`) -> SFT source.
 SFT_SOURCES: dict[str, SFTSource] = {}
@@ -205,14 +215,13 @@ def get_sft_source(name: str) -> SFTSource:
     return registered(SFT_SOURCES, name, "SFT source")
 
 
-def _solver_source(config: UserRLConfig, tasks: list[Task], chat: ChatFormat) -> list[Trajectory]:
-    return solver_demonstrations(tasks, chat, config.sft.episodes, seed=config.experiment.seed,
-                                 max_turns=config.env.max_turns, max_len=config.policy.max_model_len)
+def _solver_source(request: DemoRequest, tasks: list[Task], chat: ChatFormat) -> list[Trajectory]:
+    return solver_demonstrations(tasks, chat, request.episodes, seed=request.seed, max_turns=request.max_turns,
+                                 max_len=request.max_len)
 
 
-def _file_source(config: UserRLConfig, tasks: list[Task], chat: ChatFormat) -> list[Trajectory]:
-    path = config.sft.path
-    return within_length(file_demonstrations(path, chat), config.policy.max_model_len, f"sft.path={path}")
+def _file_source(request: DemoRequest, tasks: list[Task], chat: ChatFormat) -> list[Trajectory]:
+    return within_length(file_demonstrations(request.path, chat), request.max_len, f"sft.path={request.path}")
 
 
 register_sft_source("solver", _solver_source)

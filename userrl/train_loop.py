@@ -32,7 +32,7 @@ from userrl.coordinator import PendingRollout, RolloutCoordinator, restore_task_
 from userrl.envs import Task
 from userrl.faults import FaultInjector
 from userrl.learner import Learner, ValueTargets
-from userrl.sft import get_sft_source
+from userrl.sft import DemoRequest, get_sft_source
 from userrl.tokenizer import load_tokenizer
 from userrl.trajectory import Trajectory
 
@@ -113,7 +113,9 @@ def sft_phase(config: UserRLConfig, learner: Learner, tasks: list[Task] | None, 
     sft = config.sft
     demos: list[Trajectory] | None = None
     if learner.rank == 0:
-        demos = get_sft_source(sft.source)(config, tasks, chat)
+        request = DemoRequest(episodes=sft.episodes, seed=config.experiment.seed, max_turns=config.env.max_turns,
+                              max_len=config.policy.max_model_len, path=sft.path)
+        demos = get_sft_source(sft.source)(request, tasks, chat)
     demos = _share(demos)
     learner.make_optimizer(sft.lr)
     step, steps = 0, sft.epochs * len(range(0, len(demos), sft.batch_size))  # steps: for the driver's bar

@@ -13,12 +13,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, TypeVar
 
-from userrl.actors.policy_replica import REPLICA_WAIT_S, ReplicaHandle
 from userrl.engines.base import GenerationOutput, GenerationRequest
 from userrl.envs.json_extract import extract_json_object, strip_think
 from userrl.envs.llm import RoleCall, UserModel, attempt_seed
 from userrl.envs.reply_cache import ReplyCache
 from userrl.plugins import registered
+from userrl.replica_handle import REPLICA_WAIT_S, ReplicaHandle
 
 T = TypeVar("T")
 

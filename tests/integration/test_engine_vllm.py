@@ -62,10 +62,10 @@ def hf_engine(smollm2, chat_ids):
 
 @pytest.fixture(scope="module")
 def replica(ray_local, smollm2, chat_ids):
-    """One vllm PolicyReplica actor for the module (eager mode: no compile at start, same numerics)."""
+    """One vllm PolicyReplica actor for the module (its CPU default: eager, no compile at start)."""
     actor = ray_local.remote(PolicyReplica).options(num_cpus=1, max_concurrency=256).remote(
         smollm2, "vllm", "float32", 16, None, chat_ids[2], max_model_len=1024,
-        engine_options={"kv_cache_gib": 0.5, "enforce_eager": True})
+        engine_options={"kv_cache_gib": 0.5})
     ray_local.get(actor.get_version.remote(), timeout=600)
     yield actor
     ray_local.get(actor.shutdown.remote(), timeout=120)

@@ -40,7 +40,7 @@ def client(ray_local, smollm2):
     port = free_port()
     config = ServeConfig(model=smollm2, model_name="smol-vllm", engine="vllm", max_model_len=1024,
                          default_max_tokens=24, num_cpus_per_replica=1, play={"enabled": False},
-                         engine_options={"kv_cache_gib": 0.25, "enforce_eager": True}, port=port)
+                         engine_options={"kv_cache_gib": 0.25}, port=port)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     serve.run(build_app(config), name="userrl-test-vllm", route_prefix="/")
     try:

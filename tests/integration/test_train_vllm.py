@@ -43,8 +43,7 @@ def test_fit_on_a_vllm_replica(ray_local, tmp_path, monkeypatch):
               .environment(gyms=[{"name": "function", "difficulty": [0]}], protocol="bracket", max_turns=3,
                            max_steps=3)
               .policy(model="smollm2-135m", engine="vllm", dtype="float32", max_new_tokens=16, max_model_len=1024,
-                      num_cpus_per_replica=1, max_batch_size=8,  # automatic KV cache: 8 x 1024 tokens, 360 MiB
-                      vllm={"enforce_eager": True})
+                      num_cpus_per_replica=1, max_batch_size=8)  # automatic KV cache: 8 x 1024 tokens, 360 MiB
               .env_runners(num_env_runners=1)
               .training(iterations=2, batch_size=2, group_size=2, lr=1e-5, micro_batch_tokens=2048)
               # One SFT step: it moves the weights far from the packaged ones (the stale check below).

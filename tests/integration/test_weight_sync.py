@@ -109,7 +109,7 @@ def test_vllm_replica_takes_weights_through_the_group(ray_local, one_process_gro
     from userrl.env_runner_group import EnvRunnerGroup
     from userrl.learner import Learner
 
-    config = _config(smollm2, "vllm", {"kv_cache_gib": 0.25, "enforce_eager": True})
+    config = _config(smollm2, "vllm", {"kv_cache_gib": 0.25})
     learner = Learner(smollm2, config, pad_token_id=0)
     group = EnvRunnerGroup(config, smollm2)
     try:

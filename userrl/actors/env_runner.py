@@ -12,12 +12,12 @@ from typing import Any
 
 import ray
 
-from userrl.actors.policy_replica import REPLICA_WAIT_S, ReplicaHandle
 from userrl.actors.turn_timing import TurnTimings
 from userrl.chat import ChatFormat
 from userrl.engines.base import GenerationOutput, GenerationRequest
 from userrl.envs import MultiTurnEnv, Task, make_env
 from userrl.envs.llm import UserBackend
+from userrl.replica_handle import REPLICA_WAIT_S, ReplicaHandle
 from userrl.rollout import (
     EpisodePolicy,
     RolloutLimits,

@@ -14,9 +14,6 @@ from userrl.engines.base import GenerationChunk, GenerationOutput, GenerationReq
 
 #: The version a replica restarted by Ray reports until the current weights are loaded into it.
 AWAITING_WEIGHTS = -1
-#: How long a request waits for a dead replica to come back (Ray restarts it; the group gives a policy
-#: replica the weights): the env runners' policy requests and the user backend's requests alike.
-REPLICA_WAIT_S = 120.0
 
 
 def restarted_by_ray() -> bool:
@@ -266,26 +263,3 @@ class PolicyReplica:
     def get_stats(self) -> dict:
         """Counters since start: requests, generated tokens, busy seconds (+ the engine's own)."""
         return {**self.stats, **self.engine.counters()}
-
-
-class ReplicaHandle:
-    """One replica, called the same way whether it is a Ray actor or an object in this process."""
-
-    def __init__(self, replica: Any):
-        import ray
-
-        self.replica = replica
-        self.is_actor = isinstance(replica, ray.actor.ActorHandle)
-
-    async def generate(self, request: GenerationRequest) -> GenerationOutput:
-        """One generation request."""
-        if self.is_actor:
-            return await self.replica.generate.remote(request)
-        return await self.replica.generate(request)
-
-    def end_session(self, key: str) -> None:
-        """Tell the replica an episode is over (fire and forget: nothing waits on it)."""
-        if self.is_actor:
-            self.replica.end_session.remote(key)
-        else:
-            self.replica.end_session(key)

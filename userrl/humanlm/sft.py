@@ -6,11 +6,10 @@ from __future__ import annotations
 import numpy as np
 
 from userrl.chat import ChatFormat
-from userrl.config import UserRLConfig
 from userrl.envs import Task
 from userrl.humanlm.format import demonstration_target
 from userrl.humanlm.row import Row
-from userrl.sft import trajectory_from_messages, within_length
+from userrl.sft import DemoRequest, trajectory_from_messages, within_length
 from userrl.trajectory import Trajectory
 
 
@@ -49,7 +48,7 @@ def user_reply_demonstrations(tasks: list[Task], chat: ChatFormat, episodes: int
     return demos
 
 
-def rows_source(config: UserRLConfig, tasks: list[Task], chat: ChatFormat) -> list[Trajectory]:
+def rows_source(request: DemoRequest, tasks: list[Task], chat: ChatFormat) -> list[Trajectory]:
     """The SFT source `rows`: user_reply_demonstrations of the training tasks, within policy.max_model_len."""
-    demos = user_reply_demonstrations(tasks, chat, config.sft.episodes, seed=config.experiment.seed)
-    return within_length(demos, config.policy.max_model_len, "the rows")
+    demos = user_reply_demonstrations(tasks, chat, request.episodes, seed=request.seed)
+    return within_length(demos, request.max_len, "the rows")
