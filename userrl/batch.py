@@ -44,14 +44,17 @@ def collate(trajectories: list[Trajectory], pad_token_id: int, length: int | Non
     return batch
 
 
-def split_for_ranks(indices: list[int], world_size: int) -> list[list[int]]:
-    """Contiguous, near-equal shares of a mini-batch, one per rank."""
-    base, extra = divmod(len(indices), world_size)
-    shares, start = [], 0
-    for rank in range(world_size):
-        end = start + base + (1 if rank < extra else 0)
-        shares.append(indices[start:end])
-        start = end
+def split_for_ranks(indices: list[int], lengths: list[int], world_size: int) -> list[list[int]]:
+    """Shares of a mini-batch, one per rank, each longest first, with near-equal token counts: sequences
+    from the longest down, each to the rank holding the fewest tokens so far. FSDP's collectives make every
+    rank wait for the slowest, and a micro-batch is padded to its longest sequence, so both balance and
+    similar lengths together save time."""
+    shares: list[list[int]] = [[] for _ in range(world_size)]
+    tokens = [0] * world_size
+    for index in sorted(indices, key=lambda i: -lengths[i]):  # stable: equal lengths keep their order
+        rank = min(range(world_size), key=lambda r: (tokens[r], len(shares[r])))
+        shares[rank].append(index)
+        tokens[rank] += lengths[index]
     return shares
 
 
@@ -73,12 +76,13 @@ def micro_batches(indices: list[int], lengths: list[int], token_budget: int) -> 
 
 
 def plan_micro_batches(num_items: int, lengths: list[int], world_size: int, token_budget: int) -> list[list[list[int]]]:
-    """Per rank, the micro-batches of one mini-batch; every rank gets the same count (empty ones pad).
+    """Per rank, the micro-batches of one mini-batch, longest sequences first; every rank gets the same count
+    (empty ones pad).
 
     FSDP runs collectives in every forward and backward, so all ranks must run the same number of
     micro-batches; a rank with less data runs empty micro-batches that contribute zero loss.
     """
-    shares = split_for_ranks(list(range(num_items)), world_size)
+    shares = split_for_ranks(list(range(num_items)), lengths, world_size)
     plans = [micro_batches(share, lengths, token_budget) for share in shares]
     steps = max(len(plan) for plan in plans)
     return [plan + [[] for _ in range(steps - len(plan))] for plan in plans]

@@ -158,7 +158,7 @@ def _quiet_train_reports() -> None:
 def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     """Entry point of every learner rank."""
     _quiet_train_reports()
-    config = UserRLConfig.model_validate(loop_config["config"])
+    config: UserRLConfig = loop_config["config"]
     fit_id = loop_config.get("fit_id", "")
     # A learner group that Ray Train restarted after a failure goes on from this fit's newest complete
     # checkpoint (one rank's data would otherwise be lost); the replicas get its weights before any rollout.

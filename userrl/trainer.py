@@ -153,7 +153,8 @@ class Trainer:
         lc = config.learners
         trainer = TorchTrainer(
             train_loop_per_worker,
-            train_loop_config={"config": config.model_dump(mode="json"), "model_path": self.model_path,
+            # The validated config itself: the learners neither parse it again nor load the plug-ins for it.
+            train_loop_config={"config": config, "model_path": self.model_path,
                                "critic_path": self.critic_path,
                                "env_runner_group": self.env_runner_group, "results": results_queue,
                                # Marks this fit's checkpoints: a restarted learner group resumes only from those.

@@ -29,7 +29,7 @@ CLIP = 0.5
 BUDGETS = (64, 4096)  # one or two trajectories per micro-batch (padding micro-batches on rank 1), or one per rank
 TOLERANCE = 1e-5
 # Per trajectory: prompt length, then per turn (sampled tokens, env tokens after them).
-LAYOUTS = [(5, [(4, 3), (3, 0)]), (4, [(16, 6), (12, 8), (3, 0)]), (6, [(9, 0)]), (3, [(2, 5), (5, 2)])]
+LAYOUTS = [(15, [(4, 3), (3, 0)]), (4, [(16, 6), (12, 8), (3, 0)]), (16, [(9, 0)]), (13, [(2, 5), (5, 2)])]
 
 
 def _trajectories() -> list[Trajectory]:

@@ -32,8 +32,10 @@ def _batch(length: int = 32) -> list[Trajectory]:
     return trajectories
 
 
-def _update_loop(loop_config):
-    """One update per learner setting (plain, then with gradient checkpointing) in the same process group."""
+def _gradient_loop(loop_config):
+    """The loss and full gradient of one update per learner setting (plain, then with gradient checkpointing)
+    in the same process group: gradients are compared, not weights after an AdamW step (whose first step is
+    about lr * sign(g), so a gradient of 1e-9 against -1e-9 from another summation order moves a weight 2 lr)."""
     for name, learners in loop_config["variants"].items():
         config = parse_config({"training": {"lr": 1e-3, "micro_batch_tokens": 64}, "learners": learners})
         learner = Learner(loop_config["model"], config, pad_token_id=0)
@@ -41,51 +43,51 @@ def _update_loop(loop_config):
         total = sum(p.numel() for p in learner.model.parameters())
         batch = _batch()
         advantages, _, _ = learner.compute_advantages(batch)
-        metrics = learner.update(batch, advantages)
-        state = learner.full_state_dict()
+        loss, grads = learner.loss_and_gradients(batch, advantages)
         fractions = [None] * learner.world_size
         dist.all_gather_object(fractions, local / total)
         if learner.rank == 0:
-            torch.save(state, f"{loop_config['out']}-{name}.pt")
+            torch.save(grads, f"{loop_config['out']}-{name}.pt")
             with open(f"{loop_config['out']}-{name}.json", "w") as f:
-                json.dump({"fractions": fractions, "metrics": metrics}, f)
+                json.dump({"fractions": fractions, "loss": loss}, f)
 
 
 def _run(model, out, workers, variants):
-    """`_update_loop` on `workers` learners: one in this process (a one-member gloo group, no worker start),
-    more through Ray Train. Returns (state, {fractions, metrics}) per variant."""
+    """`_gradient_loop` on `workers` learners: one in this process (a one-member gloo group, no worker start),
+    more through Ray Train. Returns (gradients, {fractions, loss}) per variant."""
     loop_config = {"model": model, "out": out, "variants": variants}
     if workers == 1:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
         try:
-            _update_loop(loop_config)
+            _gradient_loop(loop_config)
         finally:
             dist.destroy_process_group()
     else:
-        TorchTrainer(_update_loop, train_loop_config=loop_config,
+        TorchTrainer(_gradient_loop, train_loop_config=loop_config,
                      scaling_config=ScalingConfig(num_workers=workers, resources_per_worker={"CPU": 1})).fit()
     return {name: (torch.load(f"{out}-{name}.pt"), json.load(open(f"{out}-{name}.json"))) for name in variants}
 
 
 def test_two_learners_shard_and_match_one(ray_local, tiny_model, tmp_path):
-    (one_state, one), = _run(tiny_model, str(tmp_path / "one"), 1, {"plain": {}}).values()
+    (one_grads, one), = _run(tiny_model, str(tmp_path / "one"), 1, {"plain": {}}).values()
     two_runs = _run(tiny_model, str(tmp_path / "two"), 2, {"plain": {}, "ckpt": {"gradient_checkpointing": True}})
-    two_state, two = two_runs["plain"]
+    two_grads, two = two_runs["plain"]
     assert one["fractions"] == [1.0]
     assert all(0.4 < f < 0.6 for f in two["fractions"]) and sum(two["fractions"]) == pytest.approx(1.0)
-    assert one_state.keys() == two_state.keys()
-    original = LlamaForCausalLM.from_pretrained(tiny_model).state_dict()
-    moved = 0
-    for key in one_state:
-        torch.testing.assert_close(one_state[key], two_state[key], atol=2e-6, rtol=1e-5)
-        moved += int(not torch.equal(one_state[key], original[key]))
-    assert moved > 0  # the update changed the weights
-    assert one["metrics"]["loss"] == pytest.approx(two["metrics"]["loss"], abs=1e-5)
-    # Gradient checkpointing recomputes the same forward in the backward pass: the same update.
-    recomputed_state, recomputed = two_runs["ckpt"]
-    for key in one_state:
-        torch.testing.assert_close(one_state[key], recomputed_state[key], atol=2e-6, rtol=1e-5)
-    assert one["metrics"]["loss"] == pytest.approx(recomputed["metrics"]["loss"], abs=1e-5)
+    assert one_grads.keys() == two_grads.keys() == dict(LlamaForCausalLM.from_pretrained(tiny_model)
+                                                        .named_parameters()).keys()
+    assert sum(g.norm() for g in one_grads.values()) > 0
+
+    def relative_error(grads):
+        diff = torch.cat([(grads[n] - one_grads[n]).flatten() for n in one_grads])
+        return float(diff.norm() / torch.cat([g.flatten() for g in one_grads.values()]).norm())
+
+    assert relative_error(two_grads) < 1e-5
+    assert one["loss"] == pytest.approx(two["loss"], abs=1e-6)
+    # Gradient checkpointing recomputes the same forward in the backward pass: the same gradient.
+    recomputed_grads, recomputed = two_runs["ckpt"]
+    assert relative_error(recomputed_grads) < 1e-5
+    assert one["loss"] == pytest.approx(recomputed["loss"], abs=1e-6)
 
 
 def _free_port() -> int:
