@@ -62,11 +62,15 @@ def check_ray_address(address: str, timeout_s: float = 5.0) -> None:
 
 def run_cpus(config: UserRLConfig, driver: float, learners: bool = True) -> float:
     """Ray CPUs one run reserves: its driver's share, the policy and local user replicas, the env runners and
-    (`learners`) the learner group; the one count behind a local Ray's size and a sweep trial's bundles."""
+    (`learners`) the learner group; the one count behind a local Ray's size and a sweep trial's bundles. A
+    local learner (`learners.num_learners: 0`) runs in the driver, so it is counted with it either way."""
     users = config.env.local_user_replicas if config.env.backend == "local" else 0
     total = (driver + (config.policy.num_replicas + users) * config.policy.num_cpus_per_replica
              + config.env_runners.num_env_runners * config.env_runners.num_cpus_per_env_runner)
-    return total + (config.learners.num_learners * config.learners.num_cpus_per_learner if learners else 0.0)
+    lc = config.learners
+    if lc.num_learners == 0:
+        return total + lc.num_cpus_per_learner
+    return total + (lc.num_learners * lc.num_cpus_per_learner if learners else 0.0)
 
 
 def ray_cpus(config: UserRLConfig) -> int:

@@ -475,7 +475,10 @@ class SFTConfig(_Section):
 
 
 class LearnerConfig(_Section):
-    num_learners: int = Field(2, ge=1, description="FSDP2 ranks (Ray Train workers) sharing the update.")
+    num_learners: int = Field(
+        2, ge=0, description="FSDP2 ranks (Ray Train workers) sharing the update; 0 = one learner in the driver "
+        "process (RLlib's local learner: no Ray Train worker to start, num_cpus_per_learner torch threads; a "
+        "learner failure ends the run, max_failures does not apply).")
     num_cpus_per_learner: float = Field(1.0, gt=0, description="Ray CPUs reserved per learner.")
     use_gpu: bool = Field(False, description="Learners on GPUs (num_gpus_per_learner each, NCCL).")
     num_gpus_per_learner: float = Field(

@@ -88,15 +88,17 @@ def restart_checkpoint(config: UserRLConfig, fit_id: str) -> Path | None:
 
 
 class _Reporter:
-    """Sends results to the driver (a Ray queue) and to Ray Train (a barrier: every rank calls it)."""
+    """Sends results to the driver (a Ray queue; a plain queue for the local learner) and to Ray Train (a
+    barrier: every rank calls it)."""
 
-    def __init__(self, queue: Any, rank: int):
-        self.queue, self.rank = queue, rank
+    def __init__(self, queue: Any, rank: int, ray_train: bool = True):
+        self.queue, self.rank, self.ray_train = queue, rank, ray_train
 
     def __call__(self, result: dict[str, Any]) -> None:
         if self.rank == 0 and self.queue is not None:
             self.queue.put(result)
-        ray.train.report({k: v for k, v in result.items() if isinstance(v, int | float)})
+        if self.ray_train:
+            ray.train.report({k: v for k, v in result.items() if isinstance(v, int | float)})
 
     def eval_progress(self, done: int, total: int) -> None:
         """Evaluation episodes finished so far (rank 0's, for the driver's bar; no Ray Train report)."""
@@ -155,6 +157,22 @@ def _quiet_train_reports() -> None:
         logging.getLogger(context.__file__).setLevel(logging.WARNING)
 
 
+def local_learner(loop_config: dict[str, Any], num_threads: int) -> None:
+    """The learner as the only rank, in this process (`learners.num_learners: 0`, RLlib's local learner): the
+    same loop in a one-member process group, without Ray Train's controller and worker processes. A failure
+    of the learner ends the fit (there is no group to restart)."""
+    config: UserRLConfig = loop_config["config"]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(num_threads)
+    dist.init_process_group("nccl" if config.learners.use_gpu else "gloo", store=dist.HashStore(), rank=0,
+                            world_size=1)
+    try:
+        train_loop_per_worker({**loop_config, "local": True})
+    finally:
+        dist.destroy_process_group()
+        torch.set_num_threads(threads)
+
+
 def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     """Entry point of every learner rank."""
     _quiet_train_reports()
@@ -173,7 +191,7 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     learner = Learner(model_path, config, tokenizer.pad_token_id, critic_path)
     learner.checkpoint_meta = {"fit_id": fit_id}
     rank0 = learner.rank == 0
-    report = _Reporter(loop_config.get("results"), learner.rank)
+    report = _Reporter(loop_config.get("results"), learner.rank, ray_train=not loop_config.get("local", False))
     coordinator = RolloutCoordinator(config, loop_config["env_runner_group"]) if rank0 else None
     if rank0:
         coordinator.eval_progress = report.eval_progress

@@ -7,6 +7,7 @@ RLlib's learners are DDP-only and its env runners assume numeric spaces (see doc
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import queue as queue_lib
@@ -27,7 +28,7 @@ from userrl.config import UserRLConfig, apply_overrides, parse_config
 from userrl.env_runner_group import EnvRunnerGroup, episode_group
 from userrl.models import check_critic_model, resolve_model
 from userrl.tracking import MLflowTracker
-from userrl.train_loop import train_loop_per_worker
+from userrl.train_loop import local_learner, train_loop_per_worker
 
 log = logging.getLogger(__name__)
 
@@ -146,30 +147,35 @@ class Trainer:
         `progress_event` (re-runs after a learner restart included), for bars (userrl/progress.py)."""
         config = self.config
         tracker = tracker or MLflowTracker(config)
-        # No CPU (it must fit a Tune trial's bundles), and on this process's node: a queue placed on a node
-        # that dies would end the run although learners and env runners survive.
-        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        results_queue = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": here})
         lc = config.learners
-        trainer = TorchTrainer(
-            train_loop_per_worker,
-            # The validated config itself: the learners neither parse it again nor load the plug-ins for it.
-            train_loop_config={"config": config, "model_path": self.model_path,
-                               "critic_path": self.critic_path,
-                               "env_runner_group": self.env_runner_group, "results": results_queue,
-                               # Marks this fit's checkpoints: a restarted learner group resumes only from those.
-                               "fit_id": uuid.uuid4().hex, "fault": os.environ.get(faults.ENV)},
-            scaling_config=ScalingConfig(num_workers=lc.num_learners, use_gpu=lc.use_gpu,
-                                         resources_per_worker=learner_resources(config)),
-            run_config=RunConfig(name=config.experiment.name,
-                                 storage_path=str((config.run_dir / "ray_train").resolve()),
-                                 failure_config=FailureConfig(max_failures=lc.max_failures)),
-        )
+        local = lc.num_learners == 0
+        # Ray Train's workers report through a Ray queue with no CPU (it must fit a Tune trial's bundles), on
+        # this process's node: a queue placed on a node that dies would end the run although learners and env
+        # runners survive. The local learner, a thread of this process, through a plain one.
+        results_queue: Any = queue_lib.Queue() if local else Queue(actor_options={
+            "num_cpus": 0,
+            "scheduling_strategy": NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)})
+        # The validated config itself: the learners neither parse it again nor load the plug-ins for it.
+        loop_config = {"config": config, "model_path": self.model_path, "critic_path": self.critic_path,
+                       "env_runner_group": self.env_runner_group, "results": results_queue,
+                       # Marks this fit's checkpoints: a restarted learner group resumes only from those.
+                       "fit_id": uuid.uuid4().hex, "fault": os.environ.get(faults.ENV)}
+        if local:
+            fit = functools.partial(local_learner, loop_config, max(1, int(lc.num_cpus_per_learner)))
+        else:
+            fit = TorchTrainer(
+                train_loop_per_worker, train_loop_config=loop_config,
+                scaling_config=ScalingConfig(num_workers=lc.num_learners, use_gpu=lc.use_gpu,
+                                             resources_per_worker=learner_resources(config)),
+                run_config=RunConfig(name=config.experiment.name,
+                                     storage_path=str((config.run_dir / "ray_train").resolve()),
+                                     failure_config=FailureConfig(max_failures=lc.max_failures)),
+            ).fit
         failure: list[BaseException] = []
 
         def run() -> None:
             try:
-                trainer.fit()
+                fit()
             except BaseException as error:  # noqa: BLE001 - re-raised in the calling thread
                 failure.append(error)
 

@@ -18,7 +18,7 @@ def _config(tmp_path, **training):
             .env_runners(num_env_runners=2)
             .training(iterations=3, batch_size=2, group_size=2, lr=1e-4, micro_batch_tokens=1024, **training)
             .sft(enabled=True, episodes=4, epochs=1, batch_size=4, lr=1e-3)
-            .learners(num_learners=2)
+            .learners(num_learners=0)  # the local learner; two Ray Train ranks: test_reference_run.py
             .checkpointing(every=2)
             .tracking(experiment="it", mlflow_uri=f"sqlite:///{tmp_path}/mlflow.db"))
 

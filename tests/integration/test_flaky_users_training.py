@@ -75,7 +75,7 @@ def test_training_goes_on_through_a_flaky_user_endpoint(ray_local, tiny_model, t
                 .policy(model=model_dir, max_new_tokens=12, max_model_len=1024, temperature=0.0, num_threads=1)
                 .env_runners(num_env_runners=2)
                 .training(iterations=ITERATIONS, batch_size=4, group_size=3, lr=1e-5, micro_batch_tokens=2048)
-                .learners(num_learners=1)
+                .learners(num_learners=0)
                 .checkpointing(every=0)
                 .tracking(experiment="flaky", mlflow_uri=f"sqlite:///{tmp_path}/mlflow.db")
                 .build_trainer())

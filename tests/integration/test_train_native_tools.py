@@ -31,7 +31,7 @@ def test_native_tools_on_tau_trains_end_to_end(ray_local, tiny_model, tmp_path):
             .env_runners(num_env_runners=1)
             .training(iterations=2, batch_size=2, group_size=2, lr=1e-4, micro_batch_tokens=8192)
             .sft(enabled=True, episodes=2, epochs=1, batch_size=2, lr=1e-4)
-            .learners(num_learners=1)
+            .learners(num_learners=0)
             .checkpointing(every=0)
             .tracking(experiment="native", mlflow_uri=f"sqlite:///{tmp_path}/mlflow.db", sample_trajectories=4)
             .build_trainer())
@@ -128,7 +128,7 @@ def test_native_tools_trains_with_our_openai_compatible_customer(ray_local, tiny
                         temperature=0.0, num_threads=1)
                 .env_runners(num_env_runners=1)
                 .training(iterations=1, batch_size=2, group_size=2, lr=1e-4, micro_batch_tokens=8192)
-                .learners(num_learners=1)
+                .learners(num_learners=0)
                 .checkpointing(every=0)
                 .tracking(experiment="native-llm", mlflow_uri=f"sqlite:///{tmp_path}/mlflow.db",
                           sample_trajectories=4)

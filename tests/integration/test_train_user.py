@@ -162,7 +162,7 @@ def _builder(tmp_path, model: str, name: str, **humanlm: Any) -> UserSimulatorCo
             .policy(model=model, max_new_tokens=24, max_model_len=1024, max_response_len=32, num_threads=1)
             .env_runners(num_env_runners=1)
             .training(batch_size=3, group_size=2, lr=1e-5, micro_batch_tokens=4096)
-            .learners(num_learners=1)
+            .learners(num_learners=0)
             .tracking(experiment=name, mlflow_uri=f"sqlite:///{tmp_path}/mlflow.db", sample_trajectories=2))
 
 

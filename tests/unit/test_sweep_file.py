@@ -106,6 +106,10 @@ def test_a_local_ray_and_a_sweep_trial_count_the_same_actors():
     assert ray_cpus(config) == max(os.cpu_count() or 1, 1 + replicas + runners + learners)
     scripted = config.model_copy(update={"env": config.env.model_copy(update={"backend": "scripted"})})
     assert trial_cpus(scripted) == pytest.approx(0.2 + 2 + runners)
+    # A local learner (num_learners 0) runs in the driver, a trial's own process: counted in the trial either way.
+    local = config.model_copy(update={"learners": config.learners.model_copy(update={"num_learners": 0})})
+    assert trial_cpus(local) == pytest.approx(0.2 + replicas + runners + 3)
+    assert run_cpus(local, driver=1.0) == pytest.approx(1 + replicas + runners + 3)
 
 
 def test_trial_label():
