@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -43,3 +44,22 @@ def ray_local():
                  runtime_env={"env_vars": {**job_env_vars(), "PYTHONPATH": pythonpath}})
     yield ray
     ray.shutdown()
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback interface."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def serve_port(ray_local) -> int:
+    """Ray Serve's HTTP proxy on a free loopback port, started once per test process: each Serve module
+    deploys its apps on it (`serve.run`) and deletes them when it is done (`serve.delete`)."""
+    from ray import serve
+
+    port = free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    yield port
+    serve.shutdown()

@@ -5,7 +5,6 @@ test-artifacts/."""
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import numpy as np
@@ -21,30 +20,22 @@ CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
 
-def free_port() -> int:
-    """A free TCP port on the loopback interface."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def play_server(ray_local, tiny_model):
+def play_server(serve_port, tiny_model):
     """The app serving the tiny model with the playground, on a free loopback port."""
     from ray import serve
 
     from userrl.serving.app import build_app
     from userrl.serving.config import ServeConfig
 
-    port = free_port()
+    port = serve_port
     config = ServeConfig(model=tiny_model, model_name="tiny-random", max_model_len=1024, num_threads=1,
                          num_cpus_per_replica=0.5, port=port, play={"max_turns": 8, "max_new_tokens": 24})
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
     serve.run(build_app(config), name="userrl-play-test", route_prefix="/")
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
-        serve.shutdown()
+        serve.delete("userrl-play-test")
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from pathlib import Path
 
 import openai
@@ -41,13 +40,6 @@ NATIVE_MESSAGES = [{"role": "system", "content": "You are a retail customer serv
 NATIVE_CALL = {"name": "get_order_details", "arguments": {"order_id": "#W2378156"}}
 NATIVE_RESULT = '{"order_id": "#W2378156", "status": "pending"}'
 NATIVE_REPLY = "It is pending."
-
-
-def free_port() -> int:
-    """A free TCP port on the loopback interface."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _prompt_ids(engine: ChatEngine, messages: list[dict], tools: list | None = None) -> list[int]:
@@ -115,7 +107,7 @@ def fit_head(base: str, out: Path, pairs: list[tuple[list[int], list[int]]]) -> 
 
 
 @pytest.fixture(scope="module")
-def server(ray_local, tiny_model, tokenizer, tmp_path_factory):
+def server(serve_port, tiny_model, tokenizer, tmp_path_factory):
     """The app (with an API key) on a free loopback port; yields the base URL. A second app, deployed
     with it (their replicas start together), serves the native_tools model at /native without a key."""
     from ray import serve
@@ -126,18 +118,18 @@ def server(ray_local, tiny_model, tokenizer, tmp_path_factory):
     folder = build_forced_model(tiny_model, tmp_path_factory.mktemp("forced") / "forced-tiny")
     native = fit_head(tiny_model, tmp_path_factory.mktemp("native") / "native-tiny", native_training_turns(tokenizer))
     os.environ[KEY_ENV] = KEY
-    port = free_port()
+    port = serve_port
     common = {"max_model_len": 1024, "num_threads": 1, "num_cpus_per_replica": 0.5, "play": {"enabled": False}}
     config = ServeConfig(model=str(folder), model_name="forced-tiny", default_max_tokens=48, api_key_env=KEY_ENV,
                          port=port, **common)
     native_config = ServeConfig(model=str(native), model_name="native-tiny", protocol="native_tools", **common)
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
     serve.run_many([serve.RunTarget(build_app(config), name="userrl-test", route_prefix="/"),
                     serve.RunTarget(build_app(native_config), name="userrl-test-native", route_prefix="/native")])
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
-        serve.shutdown()
+        serve.delete("userrl-test")
+        serve.delete("userrl-test-native")
         os.environ.pop(KEY_ENV, None)
 
 

@@ -42,7 +42,7 @@ reliability = _load_bench()
 
 
 @pytest.fixture(scope="module")
-def server(ray_local, tiny_model):
+def server(serve_port, tiny_model):
     """The app with an API key, /play and a small body limit, on a free loopback port."""
     from ray import serve
 
@@ -50,16 +50,15 @@ def server(ray_local, tiny_model):
     from userrl.serving.config import ServeConfig
 
     os.environ[KEY_ENV] = KEY
-    port = reliability.free_port()
+    port = serve_port
     config = ServeConfig(model=tiny_model, model_name="tiny", max_model_len=MAX_MODEL_LEN, default_max_tokens=8,
                          num_threads=1, num_cpus_per_replica=0.5, api_key_env=KEY_ENV, port=port,
                          max_request_bytes=MAX_REQUEST_BYTES)
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
     serve.run(build_app(config), name=APP, route_prefix="/")
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
-        serve.shutdown()
+        serve.delete(APP)
         os.environ.pop(KEY_ENV, None)
 
 

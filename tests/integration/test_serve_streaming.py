@@ -12,7 +12,6 @@ import time
 
 import openai
 import pytest
-from test_serve import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -21,21 +20,20 @@ PROMPTS = ["Say hello.", "What is 2 + 3?", "Name a colour."]
 
 
 @pytest.fixture(scope="module")
-def client(ray_local, tiny_model):
+def client(serve_port, tiny_model):
     from ray import serve
 
     from userrl.serving.app import build_app
     from userrl.serving.config import ServeConfig
 
-    port = free_port()
+    port = serve_port
     config = ServeConfig(model=tiny_model, model_name="tiny", max_model_len=1024, num_threads=1,
                          num_cpus_per_replica=0.5, play={"enabled": False}, port=port)
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
     serve.run(build_app(config), name=APP, route_prefix="/")
     try:
         yield openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=120)
     finally:
-        serve.shutdown()
+        serve.delete(APP)
 
 
 def _replica_stats() -> dict:

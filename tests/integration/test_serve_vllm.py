@@ -12,7 +12,6 @@ import pytest
 
 pytest.importorskip("vllm")
 
-from test_serve import free_port  # noqa: E402
 
 from userrl.engines.hf import HFEngine  # noqa: E402
 from userrl.serving.chat_engine import ChatEngine  # noqa: E402
@@ -31,22 +30,21 @@ def smollm2() -> str:
 
 
 @pytest.fixture(scope="module")
-def client(ray_local, smollm2):
+def client(serve_port, smollm2):
     from ray import serve
 
     from userrl.serving.app import build_app
     from userrl.serving.config import ServeConfig
 
-    port = free_port()
+    port = serve_port
     config = ServeConfig(model=smollm2, model_name="smol-vllm", engine="vllm", max_model_len=1024,
                          default_max_tokens=24, num_cpus_per_replica=1, play={"enabled": False},
                          engine_options={"kv_cache_gib": 0.25}, port=port)
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
     serve.run(build_app(config), name="userrl-test-vllm", route_prefix="/")
     try:
         yield openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=300)
     finally:
-        serve.shutdown()
+        serve.delete("userrl-test-vllm")
 
 
 def _hf_reply(model_path: str, body: dict) -> tuple[str, int]:
