@@ -1,7 +1,6 @@
 """Asynchronous (one-version-behind) rollout: the PPO ratio against the sampler, and the loop that overlaps."""
 
 import functools
-import socket
 import time
 
 import pytest
@@ -19,16 +18,10 @@ from userrl.trajectory import Trajectory, TurnRecord
 TEMPERATURE = 0.7
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def gloo():
     """A one-process gloo group, as a single learner rank sees it."""
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     yield
     dist.destroy_process_group()
 
@@ -132,8 +125,6 @@ def test_async_run_overlaps_and_stays_one_version_behind(ray_local, tiny_model, 
     played = sum(round(r["rollout/turns_mean"] * r["rollout/episodes"]) for r in results)
     assert requests == requests_later == played
     assert (tmp_path / "it" / "checkpoints" / "iter_000003" / "meta.json").is_file()
-
-
 
 
 @pytest.mark.slow
