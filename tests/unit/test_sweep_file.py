@@ -88,8 +88,8 @@ def test_shipped_credit_assignment_sweep():
     assert {p["training.turn_credit"] for p in points} == {"equalized", "r2g", "em"}
     assert {p["training.trajectory_score"] for p in points} == {"sum", "r2g"}
     assert sweep.spec.name == "credit_assignment" and sweep.config.sft.enabled
-    # driver 0.2 + one replica 0.5 + two env runners 0.1 each
-    assert trial_cpus(sweep.config) == pytest.approx(0.9)
+    # driver 0.2 + one replica 0.5 + two env runners 0.1 each + the quickstart's local learner, 2 CPUs
+    assert trial_cpus(sweep.config) == pytest.approx(2.9)
 
 
 def test_a_local_ray_and_a_sweep_trial_count_the_same_actors():
