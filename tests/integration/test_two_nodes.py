@@ -25,8 +25,8 @@ ITERATIONS = 4
 RUN = ["policy.model=tiny-random", "policy.dtype=float32", "policy.max_new_tokens=32", "policy.num_threads=1",
        "policy.max_model_len=512", "policy.max_batch_size=4", "env_runners.num_env_runners=2", "sft.enabled=false",
        f"training.iterations={ITERATIONS}", "training.batch_size=4", "training.group_size=4",
-       "training.micro_batch_tokens=1024", "learners.num_learners=1", "learners.precision=float32",
-       "learners.gradient_checkpointing=false", "evaluation.interval=0", "checkpointing.every=1",
+       "training.micro_batch_tokens=1024", "learners.num_learners=1", "learners.num_cpus_per_learner=1",
+       "learners.precision=float32", "learners.gradient_checkpointing=false", "evaluation.interval=0", "checkpointing.every=1",
        "env.max_turns=3", "env.max_steps=3", "ray.rollout_node_labels={userrl-role: rollout}"]
 
 
