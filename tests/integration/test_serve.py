@@ -159,7 +159,10 @@ def test_chat_and_streaming_give_the_same_greedy_text(client, tokenizer):
                                             stream=True, stream_options={"include_usage": True})
     chunks = list(stream)
     pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
-    assert len(pieces) > 3  # really per-token deltas, not one blob
+    # How many deltas depends on load: the replica sends the tokens that arrived while its last chunk was
+    # in flight as one chunk (this tiny model can finish before the first is read). Per-token deltas are
+    # tested in tests/unit/test_serving_chat_engine.py.
+    assert pieces and chunks[0].choices[0].delta.role == "assistant"
     assert "".join(pieces) == HELLO
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
     assert chunks[-1].usage.completion_tokens == reply.usage.completion_tokens
