@@ -52,7 +52,8 @@ def test_streamed_text_is_the_non_streamed_completion(client, prompt, seed):
                                                  stream=True, stream_options={"include_usage": True}))
     pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
     assert "".join(pieces) == reply.choices[0].message.content
-    assert len(pieces) > 10  # per-token deltas
+    assert pieces  # how many depends on load (tokens that arrive together leave together); the test below
+    # shows the deltas leave while the replica decodes
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == reply.choices[0].finish_reason
     assert chunks[-1].usage.completion_tokens == reply.usage.completion_tokens == 48
 
