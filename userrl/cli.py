@@ -87,7 +87,7 @@ def sft_config(path: str | None, overrides: list[str]) -> UserRLConfig:
     A config made for RL may say `checkpointing.every: 0` (no RL checkpoints); the warm start is this
     command's only product, so it is written anyway.
     """
-    overrides = ["sft.enabled=true", "training.iterations=0", *overrides]
+    overrides = [*overrides, "sft.enabled=true", "training.iterations=0"]  # last: a run's own iterations lose
     config = load_config(path, overrides)
     if not config.checkpointing.every:
         console.print("checkpointing.every=0 in the config: `userrl sft` writes its checkpoint anyway")

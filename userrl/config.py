@@ -504,6 +504,10 @@ class EvaluationConfig(_Section):
     num_tasks: int = Field(16, ge=1, description="Held-out tasks per evaluation during training (the first ones).")
     split: str = Field("test", description="Split of the held-out tasks.")
     temperature: float = Field(0.0, ge=0, description="0 = greedy (in training and in `userrl evaluate`).")
+    scripted_users: bool = Field(
+        False, description="The held-out evaluation during training plays against the gyms' scripted users and "
+        "judges whatever env.backend trains against: ground truth no training user saw (an LLM or trained user "
+        "simulator in training); false = the training users.")
     passes: int = Field(1, ge=1, description="`userrl evaluate`: passes per test item (micro_max is best of k).")
     max_episodes_per_gym: int | None = Field(
         None, ge=1, description="`userrl evaluate`: the first N test items per gym, each played `passes` times; "

@@ -100,9 +100,9 @@ def make_task_source(config: UserRLConfig) -> TaskSource:
     return TaskMixture(config)
 
 
-def episode_specs(tasks: list[Task], group_size: int, prefix: str) -> list[EpisodeSpec]:
+def episode_specs(tasks: list[Task], group_size: int, prefix: str, scripted_users: bool = False) -> list[EpisodeSpec]:
     """Repeat every task `group_size` times; the copies share a fresh group id."""
-    return [EpisodeSpec(task, uid=f"{prefix}-g{g}-s{s}", group_id=f"{prefix}-g{g}")
+    return [EpisodeSpec(task, uid=f"{prefix}-g{g}-s{s}", group_id=f"{prefix}-g{g}", scripted_users=scripted_users)
             for g, task in enumerate(tasks) for s in range(group_size)]
 
 
@@ -241,7 +241,7 @@ class RolloutCoordinator:
         """Greedy (by default) episodes on the first tasks of each gym's evaluation split."""
         tasks = TaskMixture(self.config, split=split).first(num_tasks)
         start = time.perf_counter()
-        specs = episode_specs(tasks, 1, "eval")
+        specs = episode_specs(tasks, 1, "eval", scripted_users=self.config.evaluation.scripted_users)
         trajectories = self.group.play(specs, seed=self.config.experiment.seed, temperature=temperature,
                                        on_progress=self.eval_progress)
         seconds = time.perf_counter() - start

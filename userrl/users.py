@@ -112,16 +112,22 @@ class ReplicaRoleClient:
         out = await self.generate(request, call)
         return strip_think(self.tokenizer.decode(out.token_ids, skip_special_tokens=True)).strip()
 
-    async def _retry(self, role: str, seed: int | None,
+    async def _retry(self, role: str, seed: int | None, temperature: float | None,
                      attempt_once: Callable[[int | None, RoleCall], Awaitable[T]]) -> tuple[T | None, RoleCall]:
-        """Up to `attempts` tries, attempt k with `attempt_seed(seed, k)`."""
+        """Up to `attempts` tries, attempt k with `attempt_seed(seed, k)`; a greedy reply that could not be
+        used is not asked for again (the replica would decode the same tokens: only their cost would repeat)."""
+        greedy = (self.temperature if temperature is None else temperature) == 0
         start = time.perf_counter()
         call = RoleCall(role, 0, False, 0.0)
         for attempt in range(1, self.attempts + 1):
             call.attempts = attempt
             try:
                 value = await attempt_once(attempt_seed(seed, attempt), call)
-            except Exception:  # noqa: BLE001 - bad output, a timeout or a replica that stayed down: a failed attempt
+            except (ValueError, TypeError, KeyError):  # the reply could not be used
+                if greedy:
+                    break
+                continue
+            except Exception:  # noqa: BLE001 - a timeout or a replica that stayed down: a failed attempt
                 continue
             call.ok, call.latency_s = True, time.perf_counter() - start
             return value, call
@@ -137,7 +143,7 @@ class ReplicaRoleClient:
                 raise ValueError("empty reply")
             return text
 
-        return await self._retry(role, seed, once)
+        return await self._retry(role, seed, temperature, once)
 
     async def complete_json(self, role: str, system: str, user: str, validate: Callable[[dict[str, Any]], T], *,
                             max_tokens: int | None = None, temperature: float | None = None,
@@ -147,7 +153,7 @@ class ReplicaRoleClient:
             text = await self._complete(system, user, max_tokens, temperature, attempt_seed, call)
             return validate(extract_json_object(text))
 
-        return await self._retry(role, seed, once)
+        return await self._retry(role, seed, temperature, once)
 
 
 #: Registry name (`env.local_user_format`) -> the RoleClient class that asks the local user replicas that way.

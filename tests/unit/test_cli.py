@@ -65,6 +65,9 @@ def test_userrl_sft_writes_its_checkpoint_even_when_the_config_says_every_0() ->
     assert config.checkpointing.every == 1
     assert config.sft.enabled and config.training.iterations == 0 and config.sft.episodes == 8
     assert sft_config("experiments/quickstart.yaml", ["checkpointing.every=3"]).checkpointing.every == 3
+    # A benchmark passes its RL overrides to the warm start too: they must not make `userrl sft` train RL.
+    config = sft_config("experiments/quickstart.yaml", ["training.iterations=4", "sft.enabled=false"])
+    assert config.training.iterations == 0 and config.sft.enabled
 
 
 def test_ctrl_c_ends_a_command_with_a_message_and_status_130(monkeypatch, capsys):

@@ -84,6 +84,20 @@ def test_a_runner_reuses_its_pooled_connections_batch_after_batch(server: PortRe
     assert len(server.ports) == 16 and len(set(server.ports)) == 8
 
 
+def test_scripted_user_episodes_ask_no_model_on_a_runner_with_llm_users(server: PortRecordingServer) -> None:
+    # Held-out evaluation against ground truth (evaluation.scripted_users): the same runner, whose users are
+    # an LLM, plays these episodes against the gym's scripted oracle, and only these.
+    tasks = load_tasks("turtle", split="test")[:4]
+    mixed = [EpisodeSpec(t, f"e{i}", f"e{i}", scripted_users=i % 2 == 0) for i, t in enumerate(tasks)]
+    trajectories = asyncio.run(player(server).run(mixed))
+    assert len(server.requests) == 2
+    for spec, t in zip(mixed, trajectories, strict=True):
+        assert not t.aborted
+        assert t.turns[0].role_calls == (0 if spec.scripted_users else 1)
+        if not spec.scripted_users:
+            assert t.turns[0].feedback == "Yes"
+
+
 def test_role_calls_in_flight_are_bounded_by_max_concurrency(server: PortRecordingServer) -> None:
     server.default = Reply(YES.content, delay_s=0.05)
     server.release_at = 3

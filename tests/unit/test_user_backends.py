@@ -2,6 +2,7 @@
 
 import asyncio
 
+import pytest
 from test_llm_client import Reply, ScriptedServer
 
 from userrl.actors.env_runner import EnvRunner, EpisodeSpec
@@ -45,16 +46,21 @@ def test_openai_backend_through_an_env_runner(tiny_model, tokenizer):
         task.data["bottom"] in m["content"] for m in server.requests[0]["messages"])
 
 
-def test_local_backend_falls_back_on_unusable_replies(tiny_model, tokenizer):
-    """A random model cannot write the oracle's JSON: the client reports the failure, the gym falls back."""
-    client = ReplicaRoleClient([PolicyReplica(tiny_model, num_threads=1)], tokenizer, max_tokens=8, attempts=2)
+@pytest.mark.parametrize(("temperature", "attempts"), [(1.0, 2), (0.0, 1)])
+def test_local_backend_falls_back_on_unusable_replies(tiny_model, tokenizer, temperature, attempts):
+    """A random model cannot write the oracle's JSON: the client reports the failure, the gym falls back.
+    A sampled reply is asked for again; a greedy one is not (the replica would decode the same tokens)."""
+    replica = PolicyReplica(tiny_model, num_threads=1)
+    client = ReplicaRoleClient([replica], tokenizer, max_tokens=8, attempts=2, temperature=temperature)
     text, call = asyncio.run(client.complete_text("user", "You are a user.", "Hello?"))
     assert call.ok == bool(text)  # an empty reply is a failed attempt, never an empty user message
     env = make_env("turtle", load_tasks("turtle", split="test")[0], backend="local", llm=client)
     env.reset()
+    before = replica.get_stats()["requests"]
     _, reward, terminated, _, info = env.step("[action] Did the man die?")
     assert not terminated and reward == 0.0
-    assert info["lm_calls"][0]["ok"] is False and info["lm_calls"][0]["attempts"] == 2
+    assert info["lm_calls"][0]["ok"] is False and info["lm_calls"][0]["attempts"] == attempts
+    assert replica.get_stats()["requests"] - before == attempts
 
 
 def test_a_failed_role_call_aborts_the_episode_or_falls_back_as_configured(tiny_model, tokenizer):

@@ -67,11 +67,14 @@ def make_user_client(backend: str, llm: dict[str, Any] | None, user_replicas: li
 
 @dataclass
 class EpisodeSpec:
-    """One episode to play: the task and the ids that place it in a GRPO group."""
+    """One episode to play: the task and the ids that place it in a GRPO group; `scripted_users` plays it
+    against the gym's scripted users and judges whatever the runner's user backend (held-out evaluation
+    against ground truth no training user saw)."""
 
     task: Task
     uid: str
     group_id: str
+    scripted_users: bool = False
 
 
 #: Error of an episode whose policy replica stayed unreachable past REPLICA_WAIT_S (the group re-runs it).
@@ -103,7 +106,10 @@ class EpisodePlayer:
     def _make_env(self, spec: EpisodeSpec, seed: int) -> tuple[MultiTurnEnv, UserSession | None]:
         kwargs = dict(self.env_kwargs.get(spec.task.gym, {}))
         session = None
-        if self.user_client is not None and accepts_llm(spec.task.gym):
+        if spec.scripted_users:
+            kwargs.pop("role_backends", None)
+            kwargs["backend"] = "scripted"
+        elif self.user_client is not None and accepts_llm(spec.task.gym):
             session = user_session(self.user_client, seed, spec.group_id)
             kwargs.update(llm=session, backend=self.user_backend)
         env = make_env(spec.task.gym, spec.task, **kwargs)

@@ -72,4 +72,4 @@ class HumanLMUserClient(ReplicaRoleClient):
                                             for k, name in enumerate(fields)))
             return dict(zip(fields, values, strict=True))
 
-        return await self._retry(role, seed, once)
+        return await self._retry(role, seed, None, once)
