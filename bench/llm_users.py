@@ -118,8 +118,10 @@ def write_sweep(path: Path, name: str, variants: list[dict[str, Any]]) -> Path:
 
 
 def run_metric(uri: str, experiment: str, key: str) -> dict[str, list[float]]:
-    """Every run's history of one metric, by run name."""
+    """Every run's history of one metric (`time/user_s`), by run name."""
     from mlflow.tracking import MlflowClient
+
+    key = key.replace("/", ".")  # as userrl's tracker logs it
 
     client = MlflowClient(uri)
     found = client.get_experiment_by_name(experiment)
@@ -157,9 +159,11 @@ def print_user_table(uri: str, experiment: str, runs: list[dict[str, Any]], epis
     user_tokens = run_metric(uri, experiment, "rollout/user_tokens")
     user_s = run_metric(uri, experiment, "time/user_s")
     rollout_s = run_metric(uri, experiment, "time/rollout_s")
+    calls = run_metric(uri, experiment, "rollout/role_calls/intention")
+    failed = run_metric(uri, experiment, "rollout/failed_role_calls/intention")
     print("\n### Training users (held-out: scripted user and judge, greedy)\n")
     head = ["training user", "held-out reward, iteration 0 (95% CI)", "final (95% CI)", "learned",
-            "success first -> final", "user tokens / episode", "user wait / rollout", "wall min"]
+            "success first -> final", "user calls failed", "user tokens / episode", "user wait / rollout", "wall min"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for run in runs:
@@ -176,6 +180,7 @@ def print_user_table(uri: str, experiment: str, runs: list[dict[str, Any]], epis
             "-" if first is None else f"{first[0]:.3f} [{first[1]:.3f}, {first[2]:.3f}]",
             "-" if last is None else f"{last[0]:.3f} [{last[1]:.3f}, {last[2]:.3f}]", learned,
             "-" if not held else f"{held[0].heldout_success:.3f} -> {held[-1].heldout_success:.3f}",
+            "-" if not sum(calls.get(name, [])) else f"{sum(failed[name]) / sum(calls[name]):.2f}",
             "-" if not tokens else f"{sum(tokens) / (len(tokens) * episodes_per_iteration):.0f}",
             "-" if share is None else f"{share:.2f}",
             "-" if run["minutes"] is None else f"{run['minutes']:.1f}"]) + " |")
