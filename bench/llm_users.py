@@ -24,6 +24,7 @@ The held-out tasks: the builtin Intention test split (16) and, when the original
     .venv/bin/python bench/llm_users.py --users a,b,d --simulator none   # without (c)
     .venv/bin/python bench/llm_users.py --users a,b --user-url http://127.0.0.1:8000/v1 --user-name qwen3-32b
         # (d) against your own OpenAI-compatible server instead of a vLLM server started here
+    .venv/bin/python bench/llm_users.py --report-only                    # the tables of an earlier run again
 
 Prints per trial: held-out reward and success before and after with 95% intervals, the user tokens per
 episode and the share of rollout time the episodes waited for their users; then the report's PNGs.
@@ -161,9 +162,11 @@ def print_user_table(uri: str, experiment: str, runs: list[dict[str, Any]], epis
     rollout_s = run_metric(uri, experiment, "time/rollout_s")
     calls = run_metric(uri, experiment, "rollout/role_calls/intention")
     failed = run_metric(uri, experiment, "rollout/failed_role_calls/intention")
+    flat = run_metric(uri, experiment, "groups/frac_groups_no_signal")
     print("\n### Training users (held-out: scripted user and judge, greedy)\n")
     head = ["training user", "held-out reward, iteration 0 (95% CI)", "final (95% CI)", "learned",
-            "success first -> final", "user calls failed", "user tokens / episode", "user wait / rollout", "wall min"]
+            "success first -> final", "groups without signal", "user calls failed", "user tokens / episode",
+            "user wait / rollout", "wall min"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for run in runs:
@@ -180,6 +183,7 @@ def print_user_table(uri: str, experiment: str, runs: list[dict[str, Any]], epis
             "-" if first is None else f"{first[0]:.3f} [{first[1]:.3f}, {first[2]:.3f}]",
             "-" if last is None else f"{last[0]:.3f} [{last[1]:.3f}, {last[2]:.3f}]", learned,
             "-" if not held else f"{held[0].heldout_success:.3f} -> {held[-1].heldout_success:.3f}",
+            "-" if not flat.get(name) else f"{sum(flat[name]) / len(flat[name]):.2f}",
             "-" if not sum(calls.get(name, [])) else f"{sum(failed[name]) / sum(calls[name]):.2f}",
             "-" if not tokens else f"{sum(tokens) / (len(tokens) * episodes_per_iteration):.0f}",
             "-" if share is None else f"{share:.2f}",
@@ -226,10 +230,10 @@ def main() -> int:
     parser.add_argument("--user-url", default=None, help="(d): an OpenAI-compatible server instead of vLLM's here")
     parser.add_argument("--user-name", default=None, help="(d): the model name that server serves")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more overrides of the base config")
+    parser.add_argument("--report-only", action="store_true", help="only the report and tables of an earlier run")
     args = parser.parse_args()
 
     from userrl.commands.sweep import load_sweep
-    from userrl.models import resolve_model
 
     users = [u.strip() for u in args.users.split(",") if u.strip()]
     if not users or set(users) - set(LABELS):
@@ -245,6 +249,10 @@ def main() -> int:
         ("evaluation.num_tasks", args.eval_tasks), ("sft.episodes", args.sft_episodes)) if value is not None]
     common += args.set
 
+    if args.report_only:
+        config = load_sweep(out / "sweep.yaml", common).config
+        report_and_tables(args.name, config, out / "report", {})
+        return 0
     timings: dict[str, float] = {}
     server = None
     try:
@@ -255,25 +263,7 @@ def main() -> int:
             timings["simulator"] = time.perf_counter() - tick
         llm = None
         if "d" in users:
-            url, served = args.user_url, args.user_name or args.user_model
-            if url is None:
-                port = mua_acceptance.free_port()
-                url = f"http://127.0.0.1:{port}/v1"
-                log = out / "vllm_server.log"
-                log.parent.mkdir(parents=True, exist_ok=True)
-                command = mua_acceptance.server_command(resolve_model(args.user_model), port, 2048, 32)
-                command[command.index("--served-model-name") + 1] = served
-                print(f"\n$ {shlex.join(command)}  > {log}", flush=True)
-                env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2"}
-                with log.open("w") as sink:
-                    server = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
-                                              start_new_session=True)
-                print(f"[bench] vLLM's OpenAI server ready after "
-                      f"{mua_acceptance.wait_ready(url, server, 600, log):.0f} s at {url}")
-            # As the local user client asks (userrl/users.py): greedy, 512 tokens, and a greedy reply that
-            # cannot be used is not asked for again (the server would decode the same tokens).
-            llm = {"base_url": url, "model": served, "temperature": 0.0, "max_tokens": 512, "attempts": 1,
-                   "timeout_s": 300.0}
+            server, llm = openai_user(args, out)
         sweep_file = write_sweep(out / "sweep.yaml", args.name, user_variants(users, args.user_model, simulator, llm))
         sweep = load_sweep(sweep_file, common)
         config = sweep.config
@@ -295,9 +285,9 @@ def main() -> int:
     finally:
         if server is not None:
             mua_acceptance.stop(server)
-    uri, report = config.mlflow_uri(), out / "report"
+    report = out / "report"
     if not args.no_sft_only:
-        learning._run([learning._userrl(), "report", "--experiment", args.name, "--tracking-uri", uri,
+        learning._run([learning._userrl(), "report", "--experiment", args.name, "--tracking-uri", config.mlflow_uri(),
                        "--out", str(report)], "report of the trials")
         trial_minutes = [r["minutes"] for r in learning.curves(report) if r["minutes"] and which_user(r["label"]) != "-"]
         if trial_minutes:
@@ -305,16 +295,48 @@ def main() -> int:
             sft_only(args, config, out, common, warm_seconds, config.sft.episodes * config.sft.epochs,
                      60 * sum(trial_minutes) / len(trial_minutes), args.name)
             timings["SFT only"] = time.perf_counter() - tick
-    learning._run([learning._userrl(), "report", "--experiment", args.name, "--tracking-uri", uri,
-                   "--out", str(report)], "report (userrl report)")
-    runs = learning.curves(report)
-    print(f"\n## What each training user teaches: {args.name}\n")
-    learning.print_tables(runs)
-    print_user_table(uri, args.name, runs, config.training.batch_size * config.training.group_size)
-    png = learning.plot_heldout(runs, report / "bench_heldout_success.png", args.name)
-    print("\n[bench] " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in timings.items()))
-    print(f"[bench] report: {report / 'report.md'}; PNGs in {report}" + (f" ({png.name})" if png else ""))
+    report_and_tables(args.name, config, report, timings)
     return sweep_rc
+
+
+def openai_user(args: argparse.Namespace, out: Path) -> tuple[subprocess.Popen | None, dict[str, Any]]:
+    """(d)'s `env.llm`: vLLM's OpenAI server started here on a loopback port (returned, to stop), or --user-url."""
+    from userrl.models import resolve_model
+
+    url, served, server = args.user_url, args.user_name or args.user_model, None
+    if url is None:
+        port = mua_acceptance.free_port()
+        url = f"http://127.0.0.1:{port}/v1"
+        log = out / "vllm_server.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        command = mua_acceptance.server_command(resolve_model(args.user_model), port, 2048, 32)
+        command[command.index("--served-model-name") + 1] = served
+        print(f"\n$ {shlex.join(command)}  > {log}", flush=True)
+        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "2"}
+        with log.open("w") as sink:
+            server = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                                      start_new_session=True)
+        print(f"[bench] vLLM's OpenAI server ready after {mua_acceptance.wait_ready(url, server, 600, log):.0f} s "
+              f"at {url}")
+    # As the local user client asks (userrl/users.py): greedy, 512 tokens, and a greedy reply that cannot be
+    # used is not asked for again (the server would decode the same tokens).
+    return server, {"base_url": url, "model": served, "temperature": 0.0, "max_tokens": 512, "attempts": 1,
+                    "timeout_s": 300.0}
+
+
+def report_and_tables(name: str, config: Any, report: Path, timings: dict[str, float]) -> None:
+    """`userrl report` on the sweep's MLflow experiment, then the tables and the held-out plot."""
+    uri = config.mlflow_uri()
+    learning._run([learning._userrl(), "report", "--experiment", name, "--tracking-uri", uri, "--out", str(report)],
+                  "report (userrl report)")
+    runs = learning.curves(report)
+    print(f"\n## What each training user teaches: {name}\n")
+    learning.print_tables(runs)
+    print_user_table(uri, name, runs, config.training.batch_size * config.training.group_size)
+    png = learning.plot_heldout(runs, report / "bench_heldout_success.png", name)
+    if timings:
+        print("\n[bench] " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in timings.items()))
+    print(f"[bench] report: {report / 'report.md'}; PNGs in {report}" + (f" ({png.name})" if png else ""))
 
 
 if __name__ == "__main__":
