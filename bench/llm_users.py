@@ -231,6 +231,8 @@ def main() -> int:
     parser.add_argument("--user-name", default=None, help="(d): the model name that server serves")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more overrides of the base config")
     parser.add_argument("--report-only", action="store_true", help="only the report and tables of an earlier run")
+    parser.add_argument("--after-sweep", action="store_true",
+                        help="an earlier run's SFT-only arm, report and tables (its sweep ended or was stopped)")
     args = parser.parse_args()
 
     from userrl.commands.sweep import load_sweep
@@ -249,8 +251,11 @@ def main() -> int:
         ("evaluation.num_tasks", args.eval_tasks), ("sft.episodes", args.sft_episodes)) if value is not None]
     common += args.set
 
-    if args.report_only:
+    if args.report_only or args.after_sweep:
         config = load_sweep(out / "sweep.yaml", common).config
+        if args.after_sweep:
+            stamp = out / f"{args.name}_{learning.WARM_START_NAME}" / "bench_seconds.txt"
+            run_sft_only(args, config, out, common, float(stamp.read_text()))
         report_and_tables(args.name, config, out / "report", {})
         return 0
     timings: dict[str, float] = {}
@@ -285,18 +290,23 @@ def main() -> int:
     finally:
         if server is not None:
             mua_acceptance.stop(server)
-    report = out / "report"
     if not args.no_sft_only:
-        learning._run([learning._userrl(), "report", "--experiment", args.name, "--tracking-uri", config.mlflow_uri(),
-                       "--out", str(report)], "report of the trials")
-        trial_minutes = [r["minutes"] for r in learning.curves(report) if r["minutes"] and which_user(r["label"]) != "-"]
-        if trial_minutes:
-            tick = time.perf_counter()
-            sft_only(args, config, out, common, warm_seconds, config.sft.episodes * config.sft.epochs,
-                     60 * sum(trial_minutes) / len(trial_minutes), args.name)
-            timings["SFT only"] = time.perf_counter() - tick
-    report_and_tables(args.name, config, report, timings)
+        tick = time.perf_counter()
+        run_sft_only(args, config, out, common, warm_seconds)
+        timings["SFT only"] = time.perf_counter() - tick
+    report_and_tables(args.name, config, out / "report", timings)
     return sweep_rc
+
+
+def run_sft_only(args: argparse.Namespace, config: Any, out: Path, common: list[str], warm_seconds: float) -> None:
+    """The SFT-only arm, given the wall time of the trial against the scripted user (the agent's own compute:
+    the other trials also wait for their users), or the trials' mean without one."""
+    report = out / "report"
+    learning._run([learning._userrl(), "report", "--experiment", args.name, "--tracking-uri", config.mlflow_uri(),
+                   "--out", str(report)], "report of the trials")
+    minutes = {which_user(r["label"]): r["minutes"] for r in learning.curves(report) if r["minutes"]}
+    budget = minutes.get("a") or sum(m for u, m in minutes.items() if u != "-") / max(len(minutes), 1)
+    sft_only(args, config, out, common, warm_seconds, config.sft.episodes * config.sft.epochs, 60 * budget, args.name)
 
 
 def openai_user(args: argparse.Namespace, out: Path) -> tuple[subprocess.Popen | None, dict[str, Any]]:
