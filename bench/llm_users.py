@@ -195,7 +195,7 @@ def print_user_table(uri: str, experiment: str, runs: list[dict[str, Any]], epis
 def sft_only(args: argparse.Namespace, config: Any, out: Path, common: list[str], warm_seconds: float,
              warm_passes: int, budget_s: float, name: str) -> None:
     """The best SFT-only agent at the RL trials' wall time: more passes over more demonstrations."""
-    per_pass = warm_seconds / warm_passes  # start-up included, as in the trials' wall time
+    per_pass = warm_seconds / warm_passes
     passes = max(warm_passes, int(budget_s / per_pass))
     episodes = min(args.sft_max_episodes, passes)
     epochs = max(1, round(passes / episodes))
@@ -254,8 +254,7 @@ def main() -> int:
     if args.report_only or args.after_sweep:
         config = load_sweep(out / "sweep.yaml", common).config
         if args.after_sweep:
-            stamp = out / f"{args.name}_{learning.WARM_START_NAME}" / "bench_seconds.txt"
-            run_sft_only(args, config, out, common, float(stamp.read_text()))
+            run_sft_only(args, config, out, common)
         report_and_tables(args.name, config, out / "report", {})
         return 0
     timings: dict[str, float] = {}
@@ -275,12 +274,7 @@ def main() -> int:
 
         tick = time.perf_counter()
         model = learning.warm_start(argparse.Namespace(dry_run=False, sft_episodes=config.sft.episodes), sweep, common)
-        timings["warm start"] = warm_seconds = time.perf_counter() - tick
-        stamp = model.parents[2] / "bench_seconds.txt"  # a reused warm start: the time it took when built
-        if stamp.is_file():
-            warm_seconds = float(stamp.read_text())
-        else:
-            stamp.write_text(f"{warm_seconds:.1f}")
+        timings["warm start"] = time.perf_counter() - tick
         env = {**os.environ, "OPENAI_API_KEY": os.environ.get("OPENAI_API_KEY", "EMPTY")}
         cmd = [learning._userrl(), "sweep", str(sweep_file), *common, "sft.enabled=false", f"policy.model={model}"]
         print(f"\n$ {shlex.join(cmd)}", flush=True)
@@ -292,21 +286,31 @@ def main() -> int:
             mua_acceptance.stop(server)
     if not args.no_sft_only:
         tick = time.perf_counter()
-        run_sft_only(args, config, out, common, warm_seconds)
+        run_sft_only(args, config, out, common)
         timings["SFT only"] = time.perf_counter() - tick
     report_and_tables(args.name, config, out / "report", timings)
     return sweep_rc
 
 
-def run_sft_only(args: argparse.Namespace, config: Any, out: Path, common: list[str], warm_seconds: float) -> None:
+def run_minutes(uri: str, experiment: str) -> dict[str, float]:
+    """Each finished MLflow run's minutes (start to end, as `userrl report` counts them), by run name."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    found = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([found.experiment_id], max_results=500) if found else []
+    return {r.info.run_name: (r.info.end_time - r.info.start_time) / 60000 for r in runs if r.info.end_time}
+
+
+def run_sft_only(args: argparse.Namespace, config: Any, out: Path, common: list[str]) -> None:
     """The SFT-only arm, given the wall time of the trial against the scripted user (the agent's own compute:
-    the other trials also wait for their users), or the trials' mean without one."""
-    report = out / "report"
-    learning._run([learning._userrl(), "report", "--experiment", args.name, "--tracking-uri", config.mlflow_uri(),
-                   "--out", str(report)], "report of the trials")
-    minutes = {which_user(r["label"]): r["minutes"] for r in learning.curves(report) if r["minutes"]}
-    budget = minutes.get("a") or sum(m for u, m in minutes.items() if u != "-") / max(len(minutes), 1)
-    sft_only(args, config, out, common, warm_seconds, config.sft.episodes * config.sft.epochs, 60 * budget, args.name)
+    the other trials also wait for their users), or the trials' mean without one; both, and the warm start's
+    rate, counted as MLflow counts a run (the processes' start-up is outside every one of them)."""
+    uri = config.mlflow_uri()
+    minutes = {which_user(name): m for name, m in run_minutes(uri, args.name).items() if which_user(name) != "-"}
+    budget = minutes.get("a") or sum(minutes.values()) / max(len(minutes), 1)
+    (warm,) = run_minutes(uri, f"{args.name}_{learning.WARM_START_NAME}").values()
+    sft_only(args, config, out, common, 60 * warm, config.sft.episodes * config.sft.epochs, 60 * budget, args.name)
 
 
 def openai_user(args: argparse.Namespace, out: Path) -> tuple[subprocess.Popen | None, dict[str, Any]]:
