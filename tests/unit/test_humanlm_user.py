@@ -58,9 +58,11 @@ def test_a_user_simulator_checkpoint_is_refused_as_a_plain_user(tmp_path, tiny_m
 
 
 def test_a_reply_without_text_is_a_failed_role_call_and_the_gym_falls_back(tiny_model, tokenizer):
-    """A real engine asked for no tokens writes nothing: each attempt fails, the call is counted as failed
-    with its attempts, and the persuadee's fallback reply stands in with the stance unchanged."""
-    client = HumanLMUserClient([PolicyReplica(tiny_model, num_threads=1)], tokenizer, max_tokens=0, attempts=2)
+    """A real engine asked for no tokens writes nothing: each attempt fails (sampled, so each is asked), the
+    call is counted as failed with its attempts, and the persuadee's fallback reply stands in with the stance
+    unchanged."""
+    client = HumanLMUserClient([PolicyReplica(tiny_model, num_threads=1)], tokenizer, max_tokens=0, attempts=2,
+                               temperature=1.0)
     env = make_env("persuade", load_tasks("persuade", "test")[0], backend="local", llm=client)
     env.reset()
     observation, reward, terminated, _, info = env.step(tool_call_to_action("answer", "Cash is traceable."))

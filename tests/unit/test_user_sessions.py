@@ -86,11 +86,14 @@ class Replica:
 
 def test_a_replica_client_sends_each_attempt_with_its_own_seed_and_counts_it(tokenizer):
     replica = Replica(tokenizer, "not json")
-    client = ReplicaRoleClient([replica], tokenizer, attempts=3, user_model=UserModel("sim"))
+    client = ReplicaRoleClient([replica], tokenizer, attempts=3, temperature=1.0, user_model=UserModel("sim"))
     value, call = asyncio.run(client.complete_json("judge", "s", "u", dict, seed=100))
     assert value is None and not call.ok and call.attempts == 3
     assert [r.seed for r in replica.requests] == [100, 101, 102] == [attempt_seed(100, k) for k in (1, 2, 3)]
     assert (call.requests, call.tokens, call.cache_hits) == (3, 3 * len(replica.ids), 0)
+    # Greedy (the client's default, or the call's temperature 0): the same tokens would come back, so once.
+    value, call = asyncio.run(client.complete_json("judge", "s", "u", dict, seed=100, temperature=0.0))
+    assert value is None and not call.ok and call.attempts == 1 and len(replica.requests) == 4
 
 
 def test_a_request_whose_replica_died_is_sent_again_with_the_same_seed(tokenizer):
