@@ -118,26 +118,21 @@ def write_sweep(path: Path, name: str, variants: list[dict[str, Any]]) -> Path:
     return path
 
 
-def run_metric(uri: str, experiment: str, key: str) -> dict[str, list[float]]:
-    """Every run's history of one metric (`time/user_s`), by run name."""
+def mlflow_runs(uri: str, experiment: str) -> tuple[Any, list[Any]]:
+    """(the MLflow client, the experiment's runs; none when it does not exist)."""
     from mlflow.tracking import MlflowClient
-
-    key = key.replace("/", ".")  # as userrl's tracker logs it
 
     client = MlflowClient(uri)
     found = client.get_experiment_by_name(experiment)
-    runs = client.search_runs([found.experiment_id], max_results=500) if found else []
+    return client, client.search_runs([found.experiment_id], max_results=500) if found else []
+
+
+def run_metric(uri: str, experiment: str, key: str) -> dict[str, list[float]]:
+    """Every run's history of one metric (`time/user_s`), by run name."""
+    key = key.replace("/", ".")  # as userrl's tracker logs it
+    client, runs = mlflow_runs(uri, experiment)
     return {run.info.run_name: [m.value for m in sorted(client.get_metric_history(run.info.run_id, key),
                                                         key=lambda m: m.step)] for run in runs}
-
-
-def wilson(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson interval of a rate."""
-    if n == 0:
-        return 0.0, 1.0
-    p = successes / n
-    centre, half = p + z * z / (2 * n), z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return (centre - half) / (1 + z * z / n), (centre + half) / (1 + z * z / n)
 
 
 def reward_interval(uri: str, experiment: str) -> dict[str, list[tuple[float, float, float]]]:
@@ -294,11 +289,7 @@ def main() -> int:
 
 def run_minutes(uri: str, experiment: str) -> dict[str, float]:
     """Each finished MLflow run's minutes (start to end, as `userrl report` counts them), by run name."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(uri)
-    found = client.get_experiment_by_name(experiment)
-    runs = client.search_runs([found.experiment_id], max_results=500) if found else []
+    _, runs = mlflow_runs(uri, experiment)
     return {r.info.run_name: (r.info.end_time - r.info.start_time) / 60000 for r in runs if r.info.end_time}
 
 
