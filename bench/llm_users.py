@@ -20,7 +20,7 @@ evaluated the same way, in the same MLflow experiment).
 The held-out tasks: the builtin Intention test split (16) and, when the original UserRL data is there
 (`--data-root`, default ../shared/userrl-data), its 40 test tasks as a second gym entry: 56 per evaluation.
 
-    .venv/bin/python bench/llm_users.py                                  # all four users, about 100 min
+    .venv/bin/python bench/llm_users.py                                  # all four users, about 2 h 20 min on 2 cores
     .venv/bin/python bench/llm_users.py --users a,b,d --simulator none   # without (c)
     .venv/bin/python bench/llm_users.py --users a,b --user-url http://127.0.0.1:8000/v1 --user-name qwen3-32b
         # (d) against your own OpenAI-compatible server instead of a vLLM server started here
