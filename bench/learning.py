@@ -45,17 +45,20 @@ SWEEP_FILE = ROOT / "experiments" / "sweeps" / "learning.yaml"
 WARM_START_NAME = "warm_start"
 
 
-def _userrl() -> str:
+def userrl_script() -> str:
     """The `userrl` console script of this interpreter's environment."""
     script = Path(sys.executable).parent / "userrl"
     return str(script) if script.is_file() else "userrl"
 
 
-def _run(cmd: list[str], what: str) -> tuple[int, float]:
-    """Print and run a command from the repository root; returns (exit status, seconds)."""
+def run_command(cmd: list[str], what: str, extra_env: dict[str, str] | None = None) -> tuple[int, float]:
+    """Print and run a command from the repository root (with `extra_env` set where unset); returns (exit
+    status, seconds)."""
     print(f"\n$ {shlex.join(cmd)}", flush=True)
     env = dict(os.environ)
     env.setdefault("RAY_AUTH_MODE", "disabled")  # a fresh local Ray needs no token (as `make quickstart`)
+    for key, value in (extra_env or {}).items():
+        env.setdefault(key, value)
     start = time.perf_counter()
     rc = subprocess.run(cmd, cwd=ROOT, env=env, check=False).returncode
     seconds = time.perf_counter() - start
@@ -148,13 +151,13 @@ def warm_start(args: argparse.Namespace, sweep: Any, common: list[str]) -> Path:
               + ", ".join(f"{k}: {v}" for k, v in counts.items()))
     base = (sweep.source.parent / sweep.spec.base).resolve()
     base = base.relative_to(ROOT) if base.is_relative_to(ROOT) else base
-    cmd = [_userrl(), "sft", "--config", str(base), *sweep.spec.overrides, *common,
+    cmd = [userrl_script(), "sft", "--config", str(base), *sweep.spec.overrides, *common,
            f"experiment.name={out.name}", f"tracking.experiment={out.name}", "sft.source=file",
            f"sft.path={demos}", "evaluation.interval=0", "checkpointing.every=1"]
     if args.dry_run:
         print(f"\n$ {shlex.join(cmd)}")
         return model
-    rc, _ = _run(cmd, "shared warm start (userrl sft)")
+    rc, _ = run_command(cmd, "shared warm start (userrl sft)")
     if rc != 0 or not warm.is_complete:
         raise SystemExit(f"the warm start failed (exit status {rc}); nothing at {model}")
     stamp.write_text(json.dumps(recipe, indent=1))
@@ -336,16 +339,16 @@ def main() -> int:
             overrides += ["sft.enabled=false", f"policy.model={model}"]
         elif args.warm_start == "none":
             overrides += ["sft.enabled=false"]
-        cmd = [_userrl(), "sweep", str(sweep.source.relative_to(ROOT)), *overrides, *(["--resume"] if args.resume else [])]
+        cmd = [userrl_script(), "sweep", str(sweep.source.relative_to(ROOT)), *overrides, *(["--resume"] if args.resume else [])]
         if args.dry_run:
             print(f"\n$ {shlex.join(cmd)}")
         else:
-            sweep_rc, timings["sweep"] = _run(cmd, f"sweep {name} (userrl sweep)")
-    cmd = [_userrl(), "report", "--experiment", name, "--tracking-uri", uri, "--out", str(report_dir)]
+            sweep_rc, timings["sweep"] = run_command(cmd, f"sweep {name} (userrl sweep)")
+    cmd = [userrl_script(), "report", "--experiment", name, "--tracking-uri", uri, "--out", str(report_dir)]
     if args.dry_run:
         print(f"\n$ {shlex.join(cmd)}")
         return 0
-    rc, timings["report"] = _run(cmd, "report (userrl report)")
+    rc, timings["report"] = run_command(cmd, "report (userrl report)")
     if rc != 0:
         return rc
     order = [str(v) for v in sweep.spec.grid.get("training.turn_credit", [])]

@@ -96,11 +96,11 @@ def build_simulator(args: argparse.Namespace, out: Path) -> Path:
     if checkpoint.is_complete:
         print(f"[bench] reusing the user simulator {checkpoint.model_dir}")
         return checkpoint.model_dir
-    cmd = [learning._userrl(), "train-user", "--config", "experiments/humanlm.yaml", f"experiment.output_dir={out}",
+    cmd = [learning.userrl_script(), "train-user", "--config", "experiments/humanlm.yaml", f"experiment.output_dir={out}",
            "experiment.name=simulator", "tracking.experiment=llm_users_simulator",
            f"training.iterations={iterations}", f"checkpointing.every={max(iterations, 1)}", "evaluation.interval=0",
            "learners.num_learners=0", "learners.num_cpus_per_learner=2"]
-    rc, _ = learning._run(cmd, "user simulator (userrl train-user)")
+    rc, _ = learning.run_command(cmd, "user simulator (userrl train-user)")
     if rc != 0 or not checkpoint.is_complete:
         raise SystemExit(f"the user simulator failed (exit status {rc}); nothing at {checkpoint.model_dir}")
     return checkpoint.model_dir
@@ -198,10 +198,10 @@ def sft_only(args: argparse.Namespace, config: Any, out: Path, common: list[str]
           f"start's) -> {episodes} demonstrations x {epochs} epochs")
     demos = out / "sft_only_demonstrations.jsonl"
     counts = learning.write_demonstrations(config, episodes, demos)  # drawn as the warm start's are
-    cmd = [learning._userrl(), "train", "--config", str(BASE.relative_to(ROOT)), *common, "training.iterations=0",
+    cmd = [learning.userrl_script(), "train", "--config", str(BASE.relative_to(ROOT)), *common, "training.iterations=0",
            "sft.enabled=true", "sft.source=file", f"sft.path={demos}", f"sft.episodes={sum(counts.values())}",
            f"sft.epochs={epochs}", "experiment.name=sft_only", f"tracking.experiment={name}", "checkpointing.every=0"]
-    learning._run(cmd, "SFT only at the same wall time (userrl train, 0 iterations)")
+    learning.run_command(cmd, "SFT only at the same wall time (userrl train, 0 iterations)")
 
 
 def main() -> int:
@@ -270,12 +270,10 @@ def main() -> int:
         tick = time.perf_counter()
         model = learning.warm_start(argparse.Namespace(dry_run=False, sft_episodes=config.sft.episodes), sweep, common)
         timings["warm start"] = time.perf_counter() - tick
-        env = {**os.environ, "OPENAI_API_KEY": os.environ.get("OPENAI_API_KEY", "EMPTY")}
-        cmd = [learning._userrl(), "sweep", str(sweep_file), *common, "sft.enabled=false", f"policy.model={model}"]
-        print(f"\n$ {shlex.join(cmd)}", flush=True)
-        tick = time.perf_counter()
-        sweep_rc = subprocess.run(cmd, cwd=ROOT, env={**env, "RAY_AUTH_MODE": "disabled"}, check=False).returncode
-        timings["sweep"] = time.perf_counter() - tick
+        cmd = [learning.userrl_script(), "sweep", str(sweep_file), *common, "sft.enabled=false", f"policy.model={model}"]
+        # (d)'s client reads its key from the environment; vLLM's server takes any.
+        sweep_rc, timings["sweep"] = learning.run_command(cmd, f"sweep {args.name} (userrl sweep)",
+                                                          {"OPENAI_API_KEY": "EMPTY"})
     finally:
         if server is not None:
             mua_acceptance.stop(server)
@@ -332,7 +330,7 @@ def openai_user(args: argparse.Namespace, out: Path) -> tuple[subprocess.Popen |
 def report_and_tables(name: str, config: Any, report: Path, timings: dict[str, float]) -> None:
     """`userrl report` on the sweep's MLflow experiment, then the tables and the held-out plot."""
     uri = config.mlflow_uri()
-    learning._run([learning._userrl(), "report", "--experiment", name, "--tracking-uri", uri, "--out", str(report)],
+    learning.run_command([learning.userrl_script(), "report", "--experiment", name, "--tracking-uri", uri, "--out", str(report)],
                   "report (userrl report)")
     runs = learning.curves(report)
     print(f"\n## What each training user teaches: {name}\n")
