@@ -22,7 +22,7 @@ BIN = Path(sys.executable).parent
 TINY = ["policy.model=tiny-random", "policy.dtype=float32", "policy.max_new_tokens=6", "policy.num_threads=1",
         "policy.max_model_len=512", "env_runners.num_env_runners=1", "sft.enabled=false",
         "training.iterations=1", "training.batch_size=2", "training.group_size=2",
-        "training.micro_batch_tokens=1024", "learners.num_learners=1", "learners.num_cpus_per_learner=1",
+        "training.micro_batch_tokens=1024", "learners.num_learners=0", "learners.num_cpus_per_learner=1",
         "learners.precision=float32", "evaluation.interval=0", "checkpointing.every=1", "env.max_turns=2", "env.max_steps=2"]
 
 

@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 TINY = ["policy.model=tiny-random", "policy.dtype=float32", "policy.max_new_tokens=6", "policy.num_threads=1",
         "policy.max_model_len=512", "env_runners.num_env_runners=1", "sft.enabled=false",
         "training.iterations=1", "training.batch_size=2", "training.group_size=2",
-        "training.micro_batch_tokens=1024", "learners.num_learners=1", "learners.num_cpus_per_learner=1",
+        "training.micro_batch_tokens=1024", "learners.num_learners=0", "learners.num_cpus_per_learner=1",
         "learners.precision=float32", "evaluation.interval=0", "checkpointing.every=1", "env.max_turns=2", "env.max_steps=2"]
 
 
@@ -39,7 +39,8 @@ def test_sweep_errored_trial_mlflow_resume_and_report(ray_local, tiny_model, tmp
     exists, --resume restores the finished trial (nothing re-runs) and runs the errored one."""
     model = tmp_path / "model"
     grid = {"credit": [{"training.turn_credit": "equalized"},
-                       {"training.turn_credit": "em", "policy.model": str(model)}]}
+                       # this trial on a Ray Train learner (a worker group inside a Tune trial), the other on the local one
+                       {"training.turn_credit": "em", "policy.model": str(model), "learners.num_learners": 1}]}
     path = _sweep_file(tmp_path, "credit_tiny", grid)
     assert main(["sweep", str(path)]) == 1
     out = " ".join(capsys.readouterr().out.split())

@@ -1,4 +1,6 @@
-"""Training with `policy.engine: vllm`: SFT warm start, GRPO iterations, FSDP2 weights synced into vLLM.
+"""Training with `policy.engine: vllm`: SFT warm start, GRPO iterations, the local learner's weights synced into
+vLLM through the process group, as in the quickstart (a sync from a process that also holds an FSDP group:
+test_weight_sync.py; two Ray Train ranks gathering their shards: test_reference_run.py).
 
 The learner recomputes the log-probs of every sampled token with its own weights and logs their mean
 absolute gap to the sampler's (`learner/sampler_logprob_gap`). Both run SmolLM2-135M in float32, so a
@@ -48,7 +50,7 @@ def test_fit_on_a_vllm_replica(ray_local, tmp_path, monkeypatch):
               .training(iterations=2, batch_size=2, group_size=2, lr=1e-5, micro_batch_tokens=2048)
               # One SFT step: it moves the weights far from the packaged ones (the stale check below).
               .sft(enabled=True, episodes=2, epochs=1, batch_size=2, lr=5e-4)
-              .learners(num_learners=2, precision="float32")
+              .learners(num_learners=0, num_cpus_per_learner=2, precision="float32")
               # No checkpoints: a checkpoint is the learners' alone, whatever the engine (two here cost 36 s;
               # test_reference_run.py checks their layout, metadata and exact resume).
               .checkpointing(every=0)

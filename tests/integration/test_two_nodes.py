@@ -25,14 +25,21 @@ ITERATIONS = 4
 RUN = ["policy.model=tiny-random", "policy.dtype=float32", "policy.max_new_tokens=32", "policy.num_threads=1",
        "policy.max_model_len=512", "policy.max_batch_size=4", "env_runners.num_env_runners=2", "sft.enabled=false",
        f"training.iterations={ITERATIONS}", "training.batch_size=4", "training.group_size=4",
-       "training.micro_batch_tokens=1024", "learners.num_learners=1", "learners.num_cpus_per_learner=1",
+       "training.micro_batch_tokens=1024", "learners.num_learners=0", "learners.num_cpus_per_learner=1",
        "learners.precision=float32", "learners.gradient_checkpointing=false", "evaluation.interval=0", "checkpointing.every=1",
        "env.max_turns=3", "env.max_steps=3", "ray.rollout_node_labels={userrl-role: rollout}"]
 
 
+# The head's GCS declares a silent node dead after 3 failed health checks 1 s apart (2 s timeout each), not
+# Ray's 5 checks 3 s apart (10 s timeout): the run waited about 25 s for the lost node to be declared dead.
+FAST_NODE_DEATH = {"RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "2000",
+                   "RAY_health_check_failure_threshold": "3"}
+
+
 def _start(args: list[str], log_path, **kwargs) -> subprocess.Popen:
     log = open(log_path, "w")  # noqa: SIM115 - the process owns it until it ends
-    return subprocess.Popen([str(BIN / "ray"), "start", "--block", "--disable-usage-stats", *args], env=_env(),
+    return subprocess.Popen([str(BIN / "ray"), "start", "--block", "--disable-usage-stats", *args],
+                            env={**_env(), **FAST_NODE_DEATH},
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **kwargs)
 
 
