@@ -46,6 +46,19 @@ def ray_local():
     ray.shutdown()
 
 
+@pytest.fixture(scope="module")
+def one_process_group():
+    """A one-member gloo process group in this process, for a Learner built in the test's process."""
+    import torch.distributed as dist
+
+    owned = not dist.is_initialized()
+    if owned:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    if owned:  # a later module in this process may start a default group of its own
+        dist.destroy_process_group()
+
+
 def free_port() -> int:
     """A free TCP port on the loopback interface."""
     with socket.socket() as sock:

@@ -1,6 +1,6 @@
 """One global loss normalization (issue #14): the learner's gradient is that of one loss over the mini-batch.
 
-Whatever the number of learners (1, 2, 3) and the micro-batch cuts (one, some or all trajectories per
+Whatever the number of learners (1, 2) and the micro-batch cuts (one, some or all trajectories per
 micro-batch; ranks with different numbers of micro-batches, so empty padding ones), the gradient the FSDP2
 learner steps on must equal the gradient of a single full-batch loss computed here with a plain, unsharded
 transformers model. Gradients are compared, not weights after an AdamW step (whose first update is about
@@ -40,11 +40,11 @@ KL_COEF, ENTROPY_COEF = 0.3, 0.05
 TOLERANCE = 1e-5  # relative error of the whole gradient vector
 
 # Per trajectory: prompt length, then per turn (sampled tokens, tool tokens); the last turn has no tool reply.
-# Lengths 33, 13, 47, 17, 25: the plan balances the ranks' tokens, and with these three ranks at budget 64 still
+# Lengths 33, 33, 47, 17, 25: the plan balances the ranks' tokens, and with these two ranks at budget 64 still
 # run different numbers of micro-batches (padding ones).
 LAYOUTS = [
     (7, [(5, 4), (3, 3), (7, 0)]),
-    (4, [(3, 2), (2, 0)]),
+    (4, [(13, 2), (12, 0)]),
     (8, [(9, 5), (4, 4), (6, 3), (2, 0)]),
     (5, [(12, 0)]),
     (7, [(2, 6), (8, 0)]),
@@ -180,7 +180,7 @@ def test_gradient_is_one_global_loss_for_any_ranks_and_micro_batches(ray_local, 
     lengths = [len(t.input_ids) for t in trajectories]
     # The configurations cover what broke before: a trajectory alone in its micro-batch, several in one,
     # and ranks with different numbers of micro-batches (so empty padding micro-batches).
-    plans = [plan_micro_batches(len(lengths), lengths, world, budget) for world in (1, 2, 3) for budget in BUDGETS]
+    plans = [plan_micro_batches(len(lengths), lengths, world, budget) for world in (1, 2) for budget in BUDGETS]
     micros = [micro for plan in plans for rank in plan for micro in rank]
     assert any(len(m) == 1 for m in micros) and any(len(m) > 1 for m in micros) and any(not m for m in micros)
 
@@ -191,7 +191,7 @@ def test_gradient_is_one_global_loss_for_any_ranks_and_micro_batches(ray_local, 
     torch.save(reference, tmp_path / "reference.pt")
 
     failures = []
-    for world in (1, 2, 3):
+    for world in (1, 2):
         out = str(tmp_path / f"world{world}.json")
         loop_config = {"model": tiny_model, "reference": str(tmp_path / "reference.pt"), "out": out}
         if world == 1:  # a one-member process group in this process: the same learner, without a worker start

@@ -67,7 +67,7 @@ def test_greedy_replies_match_the_hf_engine(client, smollm2):
         stream = client.chat.completions.create(model="smol-vllm", messages=messages, temperature=0, stream=True)
         pieces = [c.choices[0].delta.content for c in stream if c.choices and c.choices[0].delta.content]
         assert "".join(pieces) == expected
-        assert len(pieces) > 3  # tokens leave the replica as vLLM decodes them, not as one blob at the end
+        assert len(pieces) > 1  # tokens leave the replica as vLLM decodes them, not as one blob at the end
 
 
 def test_seeded_sampling_is_reproducible(client):

@@ -1,4 +1,5 @@
-"""Weight sync from a learner into the replicas: through the process group (vllm) or the object store (hf).
+"""Weight sync from a learner into the replicas: through the object store (hf) here, through the process group
+(vllm) in test_engine_vllm.py, on that module's replica (one vLLM start for both).
 
 Real parts only: an EnvRunnerGroup with its PolicyReplica actors, a Learner in this process (a one-member
 gloo group, FSDP2-sharded), `Learner.gathered_weights()` sent by `EnvRunnerGroup.sync_weights`. After a
@@ -14,7 +15,6 @@ import logging
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from userrl.engines.base import GenerationRequest
 from userrl.trainer import TrainerConfig
@@ -23,16 +23,6 @@ pytestmark = pytest.mark.slow
 
 LOGPROB_TOL = 2e-3
 PROMPTS = ["What is the capital of France?", "List three prime numbers.", "Say hello in Spanish."]
-
-
-@pytest.fixture(scope="module")
-def one_process_group():
-    owned = not dist.is_initialized()
-    if owned:
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    yield
-    if owned:  # a later module in this process may start a default group of its own
-        dist.destroy_process_group()
 
 
 def _config(model: str, engine: str, vllm: dict | None = None):
@@ -88,40 +78,6 @@ def _assert_replica_is_the_learner(ray, replica, learner, prompts: list[list[int
         _, logprobs = _learner_logprobs(learner, prompt, out.token_ids)
         gaps += [abs(a - b) for a, b in zip(out.logprobs, logprobs, strict=True)]
     assert len(gaps) == 12 * len(prompts) and max(gaps) < LOGPROB_TOL
-
-
-@pytest.fixture(scope="module")
-def smollm2() -> str:
-    from userrl.models import resolve_model
-
-    return resolve_model("smollm2-135m")
-
-
-def test_vllm_replica_takes_weights_through_the_group(ray_local, one_process_group, smollm2, caplog):
-    pytest.importorskip("vllm")
-    from userrl.env_runner_group import EnvRunnerGroup
-    from userrl.learner import Learner
-
-    config = _config(smollm2, "vllm", {"kv_cache_gib": 0.25})
-    learner = Learner(smollm2, config, pad_token_id=0)
-    group = EnvRunnerGroup(config, smollm2)
-    try:
-        replica = group.replicas[0]
-        prompts = _prompts(smollm2)
-        before = ray_local.get(replica.generate.remote(GenerationRequest(prompts[0], 12, temperature=0.0)))
-        for version, seed in ((1, 0), (2, 1)):  # the second sync reuses the group formed by the first
-            _perturb(learner, seed)
-            with caplog.at_level(logging.INFO, logger="userrl.env_runner_group"):
-                group.sync_weights(learner.gathered_weights(), version)
-            assert group.sync_paths == {0: "group"}
-            assert "object_store_s" not in group.last_sync  # nothing went through the object store
-            assert group.last_sync["broadcast_s"] > 0 and group.last_sync["load_s"] > 0
-            _assert_replica_is_the_learner(ray_local, replica, learner, prompts, version)
-        assert "policy replica 0 joins the gloo group" in caplog.text
-        after = ray_local.get(replica.generate.remote(GenerationRequest(prompts[0], 12, temperature=0.0)))
-        assert after.token_ids != before.token_ids  # the perturbed weights are in use
-    finally:
-        group.stop()
 
 
 def test_hf_replica_falls_back_to_the_object_store(ray_local, one_process_group, tiny_model, caplog):
