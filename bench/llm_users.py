@@ -14,7 +14,7 @@ Intention's coverage judge is scripted in every trial, so the trials differ only
 questions. Every trial is evaluated before RL and every `--eval-every` iterations on the held-out tasks against
 the **scripted** user and judge (`evaluation.scripted_users`), which no LLM training user is. Beside them, the
 best SFT-only agent given the same wall time: the warm start's recipe with as many demonstration passes as
-the RL trials' mean wall time allows at the warm start's measured rate (`userrl train ... training.iterations=0`,
+the warm start's and the scripted trial's wall time together allow at the warm start's measured rate (`userrl train ... training.iterations=0`,
 evaluated the same way, in the same MLflow experiment).
 
 The held-out tasks: the builtin Intention test split (16) and, when the original UserRL data is there
@@ -189,7 +189,7 @@ def print_user_table(uri: str, experiment: str, runs: list[dict[str, Any]], epis
 
 def sft_only(args: argparse.Namespace, config: Any, out: Path, common: list[str], warm_seconds: float,
              warm_passes: int, budget_s: float, name: str) -> None:
-    """The best SFT-only agent at the RL trials' wall time: more passes over more demonstrations."""
+    """The best SFT-only agent at the wall time of SFT + RL: more passes over more demonstrations."""
     per_pass = warm_seconds / warm_passes
     passes = max(warm_passes, int(budget_s / per_pass))
     episodes = min(args.sft_max_episodes, passes)
@@ -292,14 +292,15 @@ def run_minutes(uri: str, experiment: str) -> dict[str, float]:
 
 
 def run_sft_only(args: argparse.Namespace, config: Any, out: Path, common: list[str]) -> None:
-    """The SFT-only arm, given the wall time of the trial against the scripted user (the agent's own compute:
-    the other trials also wait for their users), or the trials' mean without one; both, and the warm start's
-    rate, counted as MLflow counts a run (the processes' start-up is outside every one of them)."""
+    """The SFT-only arm, given the wall time of SFT + RL: the warm start and the trial against the scripted user
+    (the agent's own compute: the other trials also wait for their users), or the trials' mean without one; all
+    counted as MLflow counts a run (the processes' start-up is outside every one of them)."""
     uri = config.mlflow_uri()
     minutes = {which_user(name): m for name, m in run_minutes(uri, args.name).items() if which_user(name) != "-"}
-    budget = minutes.get("a") or sum(minutes.values()) / max(len(minutes), 1)
+    rl = minutes.get("a") or sum(minutes.values()) / max(len(minutes), 1)
     (warm,) = run_minutes(uri, f"{args.name}_{learning.WARM_START_NAME}").values()
-    sft_only(args, config, out, common, 60 * warm, config.sft.episodes * config.sft.epochs, 60 * budget, args.name)
+    sft_only(args, config, out, common, 60 * warm, config.sft.episodes * config.sft.epochs, 60 * (warm + rl),
+             args.name)
 
 
 def openai_user(args: argparse.Namespace, out: Path) -> tuple[subprocess.Popen | None, dict[str, Any]]:
