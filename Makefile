@@ -60,7 +60,7 @@ test: $(STAMP) $(VLLM_STAMP) browser
 	# Two test processes, each taking whole files (a module's fixtures, e.g. its vLLM replica, start once; each
 	# process has a local Ray of its own), in collection order: the integration tests, then the unit tests, which
 	# fill the end. xdist's default order (files with the most tests first) left the few-test, minutes-long
-	# integration files for the end, and one process ran the last of them alone (bench/README "make test").
+	# integration files for the end, and one process ran the last of them alone (bench/README "Under 15 minutes").
 	RAY_AUTH_MODE=disabled $(VENV)/bin/pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=30
 
 lint: $(STAMP)
