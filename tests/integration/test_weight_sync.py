@@ -25,12 +25,12 @@ LOGPROB_TOL = 2e-3
 PROMPTS = ["What is the capital of France?", "List three prime numbers.", "Say hello in Spanish."]
 
 
-def _config(model: str, engine: str, vllm: dict | None = None):
+def _config(model: str):
     return (TrainerConfig()
             .experiment(name="weight-sync", seed=0)
             .environment(gyms=[{"name": "function", "difficulty": [0]}], protocol="bracket", max_turns=2, max_steps=2)
-            .policy(model=model, engine=engine, dtype="float32", max_new_tokens=16, max_model_len=512,
-                    max_batch_size=4, num_cpus_per_replica=1, vllm=vllm or {})
+            .policy(model=model, engine="hf", dtype="float32", max_new_tokens=16, max_model_len=512,
+                    max_batch_size=4, num_cpus_per_replica=1)
             .env_runners(num_env_runners=1, num_cpus_per_env_runner=0.25)
             .learners(num_learners=1, precision="float32")
             .to_config())
@@ -84,7 +84,7 @@ def test_hf_replica_falls_back_to_the_object_store(ray_local, one_process_group,
     from userrl.env_runner_group import EnvRunnerGroup
     from userrl.learner import Learner
 
-    config = _config(tiny_model, "hf")
+    config = _config(tiny_model)
     learner = Learner(tiny_model, config, pad_token_id=0)
     group = EnvRunnerGroup(config, tiny_model)
     try:
