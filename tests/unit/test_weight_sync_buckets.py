@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import multiprocessing
 
 import torch
@@ -40,7 +41,11 @@ def _receive(host: str, port: int, name: str, rank: int, metadata, results) -> N
     group = join_group(host, port, name, rank, 3, "gloo", timeout_s=60)
     timings: dict[str, float] = {}
     received = {n: t.clone() for n, t in receive_buckets(group, metadata, 1024, torch.device("cpu"), timings)}
-    results.put((rank, received, timings["receive_s"]))
+    # As bytes: a tensor put on the queue travels as a file descriptor that this process serves, and the
+    # parent could ask for it after this process has exited.
+    buffer = io.BytesIO()
+    torch.save(received, buffer)
+    results.put((rank, buffer.getvalue(), timings["receive_s"]))
 
 
 def test_rank_zero_broadcasts_every_tensor_to_every_member():
@@ -57,6 +62,7 @@ def test_rank_zero_broadcasts_every_tensor_to_every_member():
         sender.connect(3)
         sent = sender.send(GatheredWeights.from_state_dict(weights), 1024)
         answers = sorted((results.get(timeout=60) for _ in members), key=lambda answer: answer[0])
+        answers = [(rank, torch.load(io.BytesIO(data)), receive_s) for rank, data, receive_s in answers]
     finally:
         for member in members:
             member.join(timeout=60)
