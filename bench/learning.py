@@ -164,6 +164,44 @@ def warm_start(args: argparse.Namespace, sweep: Any, common: list[str]) -> Path:
     return model
 
 
+# --- the SFT-only arm: the best imitation given the same wall time ---------------------------------------
+
+def mlflow_runs(uri: str, experiment: str) -> tuple[Any, list[Any]]:
+    """(the MLflow client, the experiment's runs; none when it does not exist)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    found = client.get_experiment_by_name(experiment)
+    return client, client.search_runs([found.experiment_id], max_results=500) if found else []
+
+
+def run_minutes(uri: str, experiment: str) -> dict[str, float]:
+    """Each finished MLflow run's minutes (start to end, as `userrl report` counts them), by run name."""
+    _, runs = mlflow_runs(uri, experiment)
+    return {r.info.run_name: (r.info.end_time - r.info.start_time) / 60000 for r in runs if r.info.end_time}
+
+
+def sft_only(config: Any, base: Path, out: Path, common: list[str], warm_seconds: float, warm_passes: int,
+             budget_s: float, experiment: str, max_episodes: int) -> int:
+    """The best SFT-only agent at the wall time of SFT + RL: more passes over more demonstrations (at most
+    `max_episodes` distinct ones), trained by `userrl train` with 0 iterations so that it is evaluated on the
+    same held-out tasks as the trials; returns the exit status."""
+    per_pass = warm_seconds / warm_passes
+    passes = max(warm_passes, int(budget_s / per_pass))
+    episodes = min(max_episodes, passes)
+    epochs = max(1, round(passes / episodes))
+    print(f"[bench] SFT-only: {budget_s / 60:.1f} min at {per_pass:.2f} s per demonstration pass (the warm "
+          f"start's) -> {episodes} demonstrations x {epochs} epochs")
+    demos = out / "sft_only_demonstrations.jsonl"
+    counts = write_demonstrations(config, episodes, demos)  # drawn as the warm start's are
+    base = base.relative_to(ROOT) if base.is_relative_to(ROOT) else base
+    cmd = [userrl_script(), "train", "--config", str(base), *common, "training.iterations=0", "sft.enabled=true",
+           "sft.source=file", f"sft.path={demos}", f"sft.episodes={sum(counts.values())}", f"sft.epochs={epochs}",
+           "experiment.name=sft_only", f"tracking.experiment={experiment}", "checkpointing.every=0"]
+    rc, _ = run_command(cmd, "SFT only at the same wall time (userrl train, 0 iterations)")
+    return rc
+
+
 # --- 4. tables from the report's CSVs ---------------------------------------------------------------------
 
 def _read_csv(path: Path) -> list[dict[str, str]]:
@@ -294,6 +332,13 @@ def main() -> int:
     parser.add_argument("--warm-start", choices=["shared", "per-trial", "none"], default="shared",
                         help="shared: one `userrl sft` for all trials (default); per-trial: every trial runs the "
                              "config's SFT; none: the trials start from --model as it is")
+    parser.add_argument("--credits", default=None,
+                        help="comma-separated turn credits of the sweep's grid to run (default: all); needs --output-dir")
+    parser.add_argument("--sft-only", action="store_true",
+                        help="after the sweep, the best SFT-only agent given the wall time of the warm start plus the "
+                             "trials' mean, evaluated on the same held-out tasks (RL against imitation)")
+    parser.add_argument("--sft-max-episodes", type=int, default=1000,
+                        help="distinct demonstrations of the SFT-only arm, at most (more time buys more epochs)")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more overrides of the base config")
     parser.add_argument("--resume", action="store_true", help="continue an interrupted sweep (`userrl sweep --resume`)")
     parser.add_argument("--report-only", action="store_true", help="skip the warm start and the sweep")
@@ -309,8 +354,14 @@ def main() -> int:
         ("evaluation.num_tasks", args.eval_tasks), ("training.batch_size", args.batch_size),
         ("training.group_size", args.group_size), ("sft.episodes", args.sft_episodes)) if value is not None]
     common += args.set
+    sweep_file = ROOT / args.sweep_file
+    if args.credits:
+        if not args.output_dir:
+            parser.error("--credits writes its sweep file into --output-dir: pass one")
+        sweep_file = one_sweep_per_credits(sweep_file, [c.strip() for c in args.credits.split(",") if c.strip()],
+                                           Path(args.output_dir).resolve())
     try:
-        sweep = load_sweep(ROOT / args.sweep_file, common)  # validates every override and grid value first
+        sweep = load_sweep(sweep_file, common)  # validates every override and grid value first
     except ConfigError as error:
         print(error, file=sys.stderr)
         return 2
@@ -339,11 +390,16 @@ def main() -> int:
             overrides += ["sft.enabled=false", f"policy.model={model}"]
         elif args.warm_start == "none":
             overrides += ["sft.enabled=false"]
-        cmd = [userrl_script(), "sweep", str(sweep.source.relative_to(ROOT)), *overrides, *(["--resume"] if args.resume else [])]
+        source = sweep.source.relative_to(ROOT) if sweep.source.is_relative_to(ROOT) else sweep.source
+        cmd = [userrl_script(), "sweep", str(source), *overrides, *(["--resume"] if args.resume else [])]
         if args.dry_run:
             print(f"\n$ {shlex.join(cmd)}")
         else:
             sweep_rc, timings["sweep"] = run_command(cmd, f"sweep {name} (userrl sweep)")
+            if args.sft_only and sweep_rc == 0:
+                tick = time.perf_counter()
+                sweep_rc = run_sft_only(args, sweep, common)
+                timings["SFT only"] = time.perf_counter() - tick
     cmd = [userrl_script(), "report", "--experiment", name, "--tracking-uri", uri, "--out", str(report_dir)]
     if args.dry_run:
         print(f"\n$ {shlex.join(cmd)}")
@@ -370,6 +426,33 @@ def main() -> int:
     print(f"[bench] MLflow: {uri} (experiment '{name}'); Tune folder {sweep.tune_dir}; trial run folders "
           f"{sweep.runs_root}")
     return sweep_rc
+
+
+def one_sweep_per_credits(source: Path, credits: list[str], out: Path) -> Path:
+    """The sweep file restricted to some turn credits, written to `out` (its base made absolute)."""
+    import yaml
+
+    spec = yaml.safe_load(source.read_text())
+    spec["base"] = str((source.parent / spec["base"]).resolve())
+    spec["grid"]["training.turn_credit"] = credits
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "sweep.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def run_sft_only(args: argparse.Namespace, sweep: Any, common: list[str]) -> int:
+    """The SFT-only arm given the warm start's minutes plus the trials' mean (MLflow's minutes: a run's own
+    time, without the processes' start-up); returns its exit status."""
+    config = sweep.config
+    uri = config.mlflow_uri()
+    trials = [m for run, m in run_minutes(uri, sweep.spec.name).items() if run != "sft_only"]
+    (warm,) = run_minutes(uri, f"{sweep.spec.name}_{WARM_START_NAME}").values()
+    budget = 60 * (warm + sum(trials) / len(trials))
+    base = (sweep.source.parent / sweep.spec.base).resolve()
+    out = Path(config.experiment.output_dir).resolve() / f"{sweep.spec.name}_{WARM_START_NAME}"
+    return sft_only(config, base, out, [*sweep.spec.overrides, *common], 60 * warm,
+                    config.sft.episodes * config.sft.epochs, budget, sweep.spec.name, args.sft_max_episodes)
 
 
 def _entry_labels(config: Any) -> list[str]:

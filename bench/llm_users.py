@@ -118,19 +118,10 @@ def write_sweep(path: Path, name: str, variants: list[dict[str, Any]]) -> Path:
     return path
 
 
-def mlflow_runs(uri: str, experiment: str) -> tuple[Any, list[Any]]:
-    """(the MLflow client, the experiment's runs; none when it does not exist)."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(uri)
-    found = client.get_experiment_by_name(experiment)
-    return client, client.search_runs([found.experiment_id], max_results=500) if found else []
-
-
 def run_metric(uri: str, experiment: str, key: str) -> dict[str, list[float]]:
     """Every run's history of one metric (`time/user_s`), by run name."""
     key = key.replace("/", ".")  # as userrl's tracker logs it
-    client, runs = mlflow_runs(uri, experiment)
+    client, runs = learning.mlflow_runs(uri, experiment)
     return {run.info.run_name: [m.value for m in sorted(client.get_metric_history(run.info.run_id, key),
                                                         key=lambda m: m.step)] for run in runs}
 
@@ -185,23 +176,6 @@ def print_user_table(uri: str, experiment: str, runs: list[dict[str, Any]], epis
             "-" if run["minutes"] is None else f"{run['minutes']:.1f}"]) + " |")
     print("\n(user wait / rollout: the seconds an episode waited for its user, averaged over the iteration's "
           "episodes, over the rollout's wall time; the episodes of an iteration run concurrently)")
-
-
-def sft_only(args: argparse.Namespace, config: Any, out: Path, common: list[str], warm_seconds: float,
-             warm_passes: int, budget_s: float, name: str) -> None:
-    """The best SFT-only agent at the wall time of SFT + RL: more passes over more demonstrations."""
-    per_pass = warm_seconds / warm_passes
-    passes = max(warm_passes, int(budget_s / per_pass))
-    episodes = min(args.sft_max_episodes, passes)
-    epochs = max(1, round(passes / episodes))
-    print(f"[bench] SFT-only: {budget_s / 60:.1f} min at {per_pass:.2f} s per demonstration pass (the warm "
-          f"start's) -> {episodes} demonstrations x {epochs} epochs")
-    demos = out / "sft_only_demonstrations.jsonl"
-    counts = learning.write_demonstrations(config, episodes, demos)  # drawn as the warm start's are
-    cmd = [learning.userrl_script(), "train", "--config", str(BASE.relative_to(ROOT)), *common, "training.iterations=0",
-           "sft.enabled=true", "sft.source=file", f"sft.path={demos}", f"sft.episodes={sum(counts.values())}",
-           f"sft.epochs={epochs}", "experiment.name=sft_only", f"tracking.experiment={name}", "checkpointing.every=0"]
-    learning.run_command(cmd, "SFT only at the same wall time (userrl train, 0 iterations)")
 
 
 def main() -> int:
@@ -285,22 +259,16 @@ def main() -> int:
     return sweep_rc
 
 
-def run_minutes(uri: str, experiment: str) -> dict[str, float]:
-    """Each finished MLflow run's minutes (start to end, as `userrl report` counts them), by run name."""
-    _, runs = mlflow_runs(uri, experiment)
-    return {r.info.run_name: (r.info.end_time - r.info.start_time) / 60000 for r in runs if r.info.end_time}
-
-
 def run_sft_only(args: argparse.Namespace, config: Any, out: Path, common: list[str]) -> None:
     """The SFT-only arm, given the wall time of SFT + RL: the warm start and the trial against the scripted user
     (the agent's own compute: the other trials also wait for their users), or the trials' mean without one; all
     counted as MLflow counts a run (the processes' start-up is outside every one of them)."""
     uri = config.mlflow_uri()
-    minutes = {which_user(name): m for name, m in run_minutes(uri, args.name).items() if which_user(name) != "-"}
+    minutes = {which_user(name): m for name, m in learning.run_minutes(uri, args.name).items() if which_user(name) != "-"}
     rl = minutes.get("a") or sum(minutes.values()) / max(len(minutes), 1)
-    (warm,) = run_minutes(uri, f"{args.name}_{learning.WARM_START_NAME}").values()
-    sft_only(args, config, out, common, 60 * warm, config.sft.episodes * config.sft.epochs, 60 * (warm + rl),
-             args.name)
+    (warm,) = learning.run_minutes(uri, f"{args.name}_{learning.WARM_START_NAME}").values()
+    learning.sft_only(config, BASE, out, common, 60 * warm, config.sft.episodes * config.sft.epochs, 60 * (warm + rl),
+                      args.name, args.sft_max_episodes)
 
 
 def openai_user(args: argparse.Namespace, out: Path) -> tuple[subprocess.Popen | None, dict[str, Any]]:

@@ -11,7 +11,9 @@ import tempfile
 import time
 import urllib.request
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mlflow import MlflowClient
@@ -45,17 +47,51 @@ def _env():
     return env
 
 
-def wait_for_dashboard(address: str, proc: subprocess.Popen, log: Path, timeout_s: float = 120) -> None:
-    """Wait until the head node's dashboard answers (its `ray start` must still be running)."""
+def dashboard_answers(address: str) -> bool:
+    """Whether a head node's dashboard answers at `address`."""
+    try:
+        urllib.request.urlopen(f"{address}/api/version", timeout=2).read()
+        return True
+    except OSError:
+        return False
+
+
+def start_node(args: list[str], log: Path, ready: Callable[[], bool], env: dict[str, str] | None = None,
+               timeout_s: float = 240, attempts: int = 3) -> subprocess.Popen:
+    """`ray start --block ARGS` in a process group of its own, once `ready()`; started again when Ray gave up on
+    its own start: a raylet must register within a fixed 30 s, which a loaded 2-core machine can miss."""
+    for attempt in range(1, attempts + 1):
+        with log.open("w") as handle:  # the process writes to its own copy of the descriptor
+            proc = subprocess.Popen([str(BIN / "ray"), "start", "--block", "--disable-usage-stats", *args],
+                                    env=env or _env(), stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.time() + timeout_s
+        while proc.poll() is None and not ready():
+            if time.time() > deadline:
+                stop_ray_start(proc)
+                raise AssertionError(f"the node did not come up in {timeout_s} s:\n{log.read_text()[-4000:]}")
+            time.sleep(1)
+        if proc.poll() is None:
+            return proc
+        stop_ray_start(proc)  # what it started of the node before it gave up
+        assert "timed out during startup" in log.read_text() and attempt < attempts, log.read_text()[-4000:]
+    raise AssertionError("unreachable")
+
+
+def submit_when_an_agent_is_up(submit: Callable[[], Any], timeout_s: float = 120) -> Any:
+    """Call `submit` again while the head answers "No available agent to submit job, please try again later"
+    (its dashboard answers before the node's job agent has registered)."""
     deadline = time.time() + timeout_s
     while True:
         try:
-            urllib.request.urlopen(f"{address}/api/version", timeout=2).read()
-            return
-        except OSError:
-            assert proc.poll() is None, log.read_text()
-            assert time.time() < deadline, "the dashboard did not come up"
-            time.sleep(1)
+            result = submit()
+        except RuntimeError as error:
+            if "No available agent" not in str(error) or time.time() > deadline:
+                raise
+        else:
+            if not (isinstance(result, subprocess.CompletedProcess) and result.returncode != 0
+                    and "No available agent" in result.stderr and time.time() < deadline):
+                return result
+        time.sleep(2)
 
 
 @pytest.fixture
@@ -63,22 +99,18 @@ def ray_cluster(tmp_path):
     """A one-node cluster of our own (own ports and temp dir), stopped by killing its process group only."""
     temp = tempfile.mkdtemp(prefix="rj", dir="/tmp")  # short: Ray's unix socket paths have a length limit
     gcs, dash, client, listen, grpc, metrics, agent, node, objects = _free_ports(9)
-    log = open(tmp_path / "ray_start.log", "w")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(
-        [str(BIN / "ray"), "start", "--head", "--block", "--disable-usage-stats", "--num-cpus", "4",
-         "--port", str(gcs), "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash),
+    address = f"http://127.0.0.1:{dash}"
+    proc = start_node(
+        ["--head", "--num-cpus", "4", "--port", str(gcs), "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dash),
          "--ray-client-server-port", str(client), "--dashboard-agent-listen-port", str(listen),
          "--dashboard-agent-grpc-port", str(grpc), "--metrics-export-port", str(metrics),
          "--runtime-env-agent-port", str(agent), "--node-manager-port", str(node),
          "--object-manager-port", str(objects), "--temp-dir", temp],
-        env=_env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    address = f"http://127.0.0.1:{dash}"
+        tmp_path / "ray_start.log", lambda: dashboard_answers(address))
     try:
-        wait_for_dashboard(address, proc, tmp_path / "ray_start.log")
         yield address, Path(temp)
     finally:
         stop_ray_start(proc)
-        log.close()
 
 
 def stop_ray_start(proc: subprocess.Popen) -> None:
@@ -99,11 +131,11 @@ def test_job_submit_trains_on_the_cluster(ray_cluster, tiny_model, tmp_path):
     address, temp = ray_cluster
     out = tmp_path / "out"
     job_id = f"userrl-test-{uuid.uuid4().hex[:8]}"
-    submit = subprocess.run(
+    submit = submit_when_an_agent_is_up(lambda: subprocess.run(
         [str(BIN / "ray"), "job", "submit", "--address", address, "--submission-id", job_id,
          "--working-dir", str(REPO), "--", "userrl", "train", "--config", "experiments/quickstart.yaml", *TINY,
          "experiment.name=job", f"experiment.output_dir={out}"],
-        env=_env(), capture_output=True, text=True, timeout=480)
+        env=_env(), capture_output=True, text=True, timeout=480))
     assert submit.returncode == 0, submit.stdout[-4000:] + submit.stderr[-4000:]
     assert "done: 1 iterations" in submit.stdout
     status = subprocess.run([str(BIN / "ray"), "job", "status", "--address", address, job_id],

@@ -19,7 +19,16 @@ import uuid
 
 import pytest
 from ray.job_submission import JobStatus, JobSubmissionClient
-from test_ray_job import BIN, REPO, _env, _free_ports, stop_ray_start, wait_for_dashboard
+from test_ray_job import (
+    BIN,
+    REPO,
+    _env,
+    _free_ports,
+    dashboard_answers,
+    start_node,
+    stop_ray_start,
+    submit_when_an_agent_is_up,
+)
 
 ITERATIONS = 4
 RUN = ["policy.model=tiny-random", "policy.dtype=float32", "policy.max_new_tokens=32", "policy.num_threads=1",
@@ -34,13 +43,6 @@ RUN = ["policy.model=tiny-random", "policy.dtype=float32", "policy.max_new_token
 # Ray's 5 checks 3 s apart (10 s timeout): the run waited about 25 s for the lost node to be declared dead.
 FAST_NODE_DEATH = {"RAY_health_check_period_ms": "1000", "RAY_health_check_timeout_ms": "2000",
                    "RAY_health_check_failure_threshold": "5"}
-
-
-def _start(args: list[str], log_path, **kwargs) -> subprocess.Popen:
-    log = open(log_path, "w")  # noqa: SIM115 - the process owns it until it ends
-    return subprocess.Popen([str(BIN / "ray"), "start", "--block", "--disable-usage-stats", *args],
-                            env={**_env(), **FAST_NODE_DEATH},
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **kwargs)
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -65,26 +67,24 @@ def test_second_node_lost_mid_run(tiny_model, tmp_path):
     (gcs, dash, client, listen, grpc, metrics, agent, node, objects,
      listen2, grpc2, metrics2, agent2, node2, objects2) = _free_ports(15)
     dashboard = f"http://127.0.0.1:{dash}"
-    head = _start(["--head", "--num-cpus", "3", "--port", str(gcs), "--dashboard-host", "127.0.0.1",
-                   "--dashboard-port", str(dash), "--ray-client-server-port", str(client),
-                   "--dashboard-agent-listen-port", str(listen), "--dashboard-agent-grpc-port", str(grpc),
-                   "--metrics-export-port", str(metrics), "--runtime-env-agent-port", str(agent),
-                   "--node-manager-port", str(node), "--object-manager-port", str(objects), "--temp-dir", temp],
-                  tmp_path / "head.log")
+    env = {**_env(), **FAST_NODE_DEATH}
+    head = start_node(["--head", "--num-cpus", "3", "--port", str(gcs), "--dashboard-host", "127.0.0.1",
+                       "--dashboard-port", str(dash), "--ray-client-server-port", str(client),
+                       "--dashboard-agent-listen-port", str(listen), "--dashboard-agent-grpc-port", str(grpc),
+                       "--metrics-export-port", str(metrics), "--runtime-env-agent-port", str(agent),
+                       "--node-manager-port", str(node), "--object-manager-port", str(objects), "--temp-dir", temp],
+                      tmp_path / "head.log", lambda: dashboard_answers(dashboard), env)
     # One CPU: the replica (0.5) and the env runners (0.1 each) fit, a learner (1.0) does not.
     second = None
     try:
-        wait_for_dashboard(dashboard, head, tmp_path / "head.log")
-        deadline = time.time() + 120
-        second = _start(["--address", f"127.0.0.1:{gcs}", "--num-cpus", "1", "--labels", "userrl-role=rollout",
-                         "--dashboard-agent-listen-port", str(listen2), "--dashboard-agent-grpc-port", str(grpc2),
-                         "--metrics-export-port", str(metrics2), "--runtime-env-agent-port", str(agent2),
-                         "--node-manager-port", str(node2), "--object-manager-port", str(objects2)],
-                        tmp_path / "second.log")
-        while len([n for n in _nodes(dashboard) if n["state"] == "ALIVE"]) < 2:
-            assert second.poll() is None and time.time() < deadline + 120, (tmp_path / "second.log").read_text()
-            time.sleep(1)
-        labelled = [n["node_id"] for n in _nodes(dashboard) if n.get("labels", {}).get("userrl-role") == "rollout"]
+        second = start_node(["--address", f"127.0.0.1:{gcs}", "--num-cpus", "1", "--labels", "userrl-role=rollout",
+                             "--dashboard-agent-listen-port", str(listen2), "--dashboard-agent-grpc-port", str(grpc2),
+                             "--metrics-export-port", str(metrics2), "--runtime-env-agent-port", str(agent2),
+                             "--node-manager-port", str(node2), "--object-manager-port", str(objects2)],
+                            tmp_path / "second.log",
+                            lambda: len([n for n in _nodes(dashboard) if n["state"] == "ALIVE"]) >= 2, env)
+        labelled = [n["node_id"] for n in _nodes(dashboard)  # alive: a start given up on may have left a dead one
+                    if n["state"] == "ALIVE" and n.get("labels", {}).get("userrl-role") == "rollout"]
         assert len(labelled) == 1
 
         jobs = JobSubmissionClient(dashboard)
@@ -93,11 +93,11 @@ def test_second_node_lost_mid_run(tiny_model, tmp_path):
         # No working_dir upload: both raylets of this one machine would unpack it into the same session folder,
         # and the second node's runtime-env agent replaces the folder the driver runs in (its cwd vanishes).
         # The installed package is on both nodes already.
-        jobs.submit_job(
+        submit_when_an_agent_is_up(lambda: jobs.submit_job(
             submission_id=job_id,
             entrypoint=" ".join(["userrl", "train", "--config", str(REPO / "experiments" / "quickstart.yaml"), *[
                 f"'{item}'" for item in RUN], "experiment.name=two-nodes", f"experiment.output_dir={out}"]),
-            runtime_env={"env_vars": {"USERRL_LOG": "INFO", "RAY_AUTH_MODE": "disabled"}})
+            runtime_env={"env_vars": {"USERRL_LOG": "INFO", "RAY_AUTH_MODE": "disabled"}}))
 
         # Kill the second node's raylet (and its workers) as soon as the first iteration is done.
         deadline = time.time() + 420
