@@ -68,9 +68,10 @@ def run_command(cmd: list[str], what: str, extra_env: dict[str, str] | None = No
 
 # --- 1. the shared warm start ---------------------------------------------------------------------------
 
-def write_demonstrations(config: Any, episodes: int, path: Path) -> dict[str, int]:
+def write_demonstrations(config: Any, episodes: int, path: Path, all_there_are: bool = False) -> dict[str, int]:
     """Solver demonstrations drawn round-robin from every gym entry (each entry's train tasks shuffled
-    with the experiment seed), as JSONL {"messages": [...]}; returns the count per entry.
+    with the experiment seed), as JSONL {"messages": [...]}; returns the count per entry. Fewer than
+    `episodes` grounded ones is an error, unless `all_there_are`: then it writes every one there is.
 
     Each is `userrl.sft.solver_demonstrations` on one task (the product's own solver path and filters: a
     task its solver cannot ground, or whose plan earns nothing, gives none). `sft.source: solver` takes the
@@ -114,6 +115,9 @@ def write_demonstrations(config: Any, episodes: int, path: Path) -> dict[str, in
                                       if m["role"] == "assistant")])
             counts[label] += 1
         position += 1
+        if not progressed and all_there_are:
+            print(f"[bench] every grounded demonstration of the train tasks: {len(lines)} (asked {episodes})")
+            break
         if not progressed:
             raise SystemExit(f"only {len(lines)} grounded demonstrations in the configured gyms (asked {episodes})")
     if longest > config.policy.max_new_tokens:
@@ -193,7 +197,9 @@ def sft_only(config: Any, base: Path, out: Path, common: list[str], warm_seconds
     print(f"[bench] SFT-only: {budget_s / 60:.1f} min at {per_pass:.2f} s per demonstration pass (the warm "
           f"start's) -> {episodes} demonstrations x {epochs} epochs")
     demos = out / "sft_only_demonstrations.jsonl"
-    counts = write_demonstrations(config, episodes, demos)  # drawn as the warm start's are
+    counts = write_demonstrations(config, episodes, demos, all_there_are=True)  # drawn as the warm start's are
+    if sum(counts.values()) < episodes:  # fewer demonstrations: more epochs fill the time
+        epochs = max(1, round(passes / sum(counts.values())))
     base = base.relative_to(ROOT) if base.is_relative_to(ROOT) else base
     cmd = [userrl_script(), "train", "--config", str(base), *common, "training.iterations=0", "sft.enabled=true",
            "sft.source=file", f"sft.path={demos}", f"sft.episodes={sum(counts.values())}", f"sft.epochs={epochs}",
