@@ -316,8 +316,9 @@ ESTIMATOR_KEYS: dict[str, tuple[str, ...]] = {
 PRESETS: dict[str, dict[str, Any]] = {
     "ragen": {"adv_estimator": "gae", "clip_ratio_low": 0.2, "clip_ratio_high": 0.28, "entropy_coeff": 0.001,
               "gamma": 1.0, "lam": 1.0},
-    "ragen_multiturn": {"adv_estimator": "gae_bilevel_weighted", "gamma": 1.0, "lam": 1.0, "gamma_H": 0.95,
-                        "lam_H": 0.95, "turn_level_weight": 0.1, "clip_ratio_low": 0.2, "clip_ratio_high": 0.2,
+    # The weighted blend (w = 0.1) is RAGEN's with all four discounts at 1; 0.95 is the bi-level default.
+    "ragen_multiturn": {"adv_estimator": "gae_bilevel_weighted", "gamma": 1.0, "lam": 1.0, "gamma_H": 1.0,
+                        "lam_H": 1.0, "turn_level_weight": 0.1, "clip_ratio_low": 0.2, "clip_ratio_high": 0.2,
                         "use_kl_loss": True, "kl_loss_coef": 0.001},
 }
 
@@ -361,7 +362,7 @@ class TrainingConfig(EstimatorSettings):
     preset: Literal["ragen", "ragen_multiturn"] | None = Field(
         None, description="Fills the training keys a config leaves out with RAGEN's settings (docs/spec/ALGORITHMS.md §4.9): ragen = "
         "gae, clip 0.2/0.28, entropy_coeff 0.001, gamma = lam = 1; ragen_multiturn = gae_bilevel_weighted, "
-        "gamma = lam = 1, gamma_H = lam_H = 0.95, turn_level_weight 0.1, clip 0.2/0.2, KL loss 0.001.")
+        "gamma = lam = gamma_H = lam_H = 1, turn_level_weight 0.1, clip 0.2/0.2, KL loss 0.001.")
     reward_placement: Literal["turn", "outcome"] = Field(
         "turn", description="GAE estimators: each turn's reward on its last sampled token (turn), or the "
         "trajectory score on the last sampled token (outcome) (docs/spec/ALGORITHMS.md §1.6).")

@@ -123,6 +123,8 @@ class PPOPolicyLoss(TokenLoss):
         self.advantages = [a[1:] for a in advantages]  # of the targets input_ids[1:], like the logprobs
         self.old = old
         self.reference = reference
+        # The dual clip's share of the tokens, and with a reference the KL estimate the loss penalises.
+        self.sum_keys = (*TokenLoss.sum_keys, "pg_clipfrac_dual", *(("kl",) if reference is not None else ()))
 
     def token_loss(self, batch: TensorBatch, rows: Sequence[int], mask: torch.Tensor, denominator: float
                    ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
@@ -141,13 +143,15 @@ class PPOPolicyLoss(TokenLoss):
         if self.reference is not None:
             with torch.no_grad():
                 ref_logp, _ = self.forward.logprobs(self.reference, batch, temperature=self.temperature)
-            loss = loss + tc.kl_loss_coef * aggregate(kl_penalty(logp, ref_logp, tc.kl_loss_type),
-                                                      mask, tc.loss_agg_mode, denominator)
+            kl = kl_penalty(logp, ref_logp, tc.kl_loss_type)
+            loss = loss + tc.kl_loss_coef * aggregate(kl, mask, tc.loss_agg_mode, denominator)
+            stats["kl"] = masked_token_mean(kl.detach(), mask)
         if entropy is not None:
             loss = loss - tc.entropy_coeff * aggregate(entropy, mask, tc.loss_agg_mode, denominator)
         # Token sums of the micro-batch's token means; `metrics` divides by the mini-batch's tokens.
         n = float(mask.sum())
-        sums = {key: float(stats[key]) * n for key in ("pg_clipfrac", "approx_kl", "importance_ratio_mean")}
+        sums = {key: float(stats[key]) * n for key in ("pg_clipfrac", "pg_clipfrac_dual", "approx_kl",
+                                                       "importance_ratio_mean", "kl") if key in stats}
         if entropy is not None:
             sums["entropy"] = float((entropy.detach() * mask).sum())
         return loss, logp, sums

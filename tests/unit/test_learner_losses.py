@@ -1,6 +1,8 @@
 """The learner's declared hooks without a model: micro-batch losses (`userrl.losses`) against plain oracles, their
 shares adding up to the mini-batch loss, and the estimator choice (`userrl.estimators`)."""
 
+import math
+
 import pytest
 import torch
 
@@ -133,6 +135,46 @@ def test_ppo_clips_the_ratio_against_old_logprobs():
     assert total == pytest.approx(-1.25)
     n = sum(len(_trained_targets(t)) for t in trajectories)
     assert sums["pg_clipfrac"] == pytest.approx(n) and sums["approx_kl"] == pytest.approx(-n)
+
+
+def test_ppo_dual_clip_bounds_a_negative_advantage_and_its_fraction_is_logged():
+    """old = logp - 2: ratio e^2 > clip_ratio_c = 3, so a negative advantage's term is -A * 3, not -A * e^2."""
+    trajectories = _trajectories()
+    config = _config("training.clip_ratio_c=3.0")
+    advantages = [-torch.ones(len(t.input_ids)) for t in trajectories]
+    old = [torch.tensor([_logp(x) - 2.0 for x in t.input_ids[1:]]) for t in trajectories]
+    loss = PPOPolicyLoss(None, _forward(config), config, 1.0, advantages, old, None)
+    assert "kl" not in loss.sum_keys  # no reference, no KL to log
+    total, sums = _shares(loss, trajectories, [[0, 2], [1]])
+    assert total == pytest.approx(3.0)
+    n = sum(len(_trained_targets(t)) for t in trajectories)
+    metrics = loss.metrics({"loss": total, **sums}, grad_norm=1.0)
+    # The ordinary clip does not bind here: the unclipped term (-A * e^2) is the larger one.
+    assert metrics["pg_clipfrac_dual"] == pytest.approx(1.0) and metrics["pg_clipfrac"] == 0.0
+    assert sums["pg_clipfrac_dual"] == pytest.approx(n)
+
+
+class ShiftedReference(TableForward):
+    """The reference's log-probabilities 0.3 below the policy's on every token."""
+
+    def logprobs(self, model, batch: TensorBatch, need_entropy=False, temperature=1.0):
+        logp, entropy = super().logprobs(model, batch, need_entropy, temperature)
+        return (logp - 0.3, entropy) if model == "reference" else (logp, entropy)
+
+
+@pytest.mark.parametrize("cuts", CUTS)
+def test_ppo_kl_to_the_reference_is_in_the_loss_and_logged(cuts):
+    """low_var_kl (k3) with ref - logp = -0.3 on every token: exp(-0.3) + 0.3 - 1 per token."""
+    trajectories = _trajectories()
+    config = _config("training.use_kl_loss=true", "training.kl_loss_coef=0.5", "training.kl_loss_type=low_var_kl")
+    advantages = [torch.zeros(len(t.input_ids)) for t in trajectories]
+    loss = PPOPolicyLoss(None, ShiftedReference(config, torch.device("cpu"), bf16=False), config, 1.0,
+                         advantages, None, "reference")
+    k3 = math.exp(-0.3) + 0.3 - 1.0
+    total, sums = _shares(loss, trajectories, cuts)
+    assert total == pytest.approx(0.5 * k3)  # token-mean: the advantage terms are 0
+    metrics = loss.metrics({"loss": total, **sums}, grad_norm=1.0)
+    assert metrics["kl"] == pytest.approx(k3) and metrics["pg_clipfrac_dual"] == 0.0
 
 
 @pytest.mark.parametrize("mask_obs", [True, False])

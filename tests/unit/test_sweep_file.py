@@ -84,9 +84,9 @@ def test_resume_without_a_sweep(tmp_path, capsys):
 def test_shipped_credit_assignment_sweep():
     sweep = load_sweep(REPO / "experiments" / "sweeps" / "credit_assignment.yaml")
     points = grid_points(sweep.spec.grid)
-    assert len(points) == 12
+    assert len(points) == 18
     assert {p["training.turn_credit"] for p in points} == {"equalized", "r2g", "em"}
-    assert {p["training.trajectory_score"] for p in points} == {"sum", "r2g"}
+    assert {p["training.trajectory_score"] for p in points} == {"mean", "sum", "r2g"}
     assert sweep.spec.name == "credit_assignment" and sweep.config.sft.enabled
     # driver 0.2 + one replica 0.5 + two env runners 0.1 each + the quickstart's local learner, 2 CPUs
     assert trial_cpus(sweep.config) == pytest.approx(2.9)
