@@ -10,6 +10,9 @@ the SFT warm start):
     task_source.json        the training task source's state (only a source that learns has one)
     meta.json               iteration, policy_version, config, fit_id; written last
 
+and, with `checkpointing.keep_best`, `checkpoints/best.json` names the checkpoint whose held-out metric was
+best so far (`BestCheckpoint`); pruning never deletes it.
+
 The Learner fills `iter_NNNNNN.tmp` (`staged`) and renames it into place, so a folder of the plain name
 with a meta.json is complete, and a `.tmp` folder is what a killed writer left. The Learner's collective
 save (torch.distributed) takes every name from here. This module imports neither torch nor Ray, nor
@@ -40,6 +43,8 @@ OPTIMIZER_FILE, RNG_FILE = "optimizer.pt", "rng.pt"
 CRITIC_DIR, CRITIC_OPTIMIZER = "critic", "critic_optimizer.pt"
 #: The training task source's state (written only when it has one).
 TASK_SOURCE_FILE = "task_source.json"
+#: Beside the checkpoint folders: which one scored best on `checkpointing.keep_best`'s metric.
+BEST_FILE = "best.json"
 #: The file that makes a folder a Hugging Face model folder.
 _MODEL_CONFIG = "config.json"
 #: The fix every "not a checkpoint" error names.
@@ -195,21 +200,59 @@ def remove_staging(folder: str | Path) -> list[Path]:
     return stale
 
 
-def prune_checkpoints(written: Path, keep: int | None) -> list[Path]:
+def prune_checkpoints(written: Path, keep: int | None, protected: Path | None = None) -> list[Path]:
     """Delete the checkpoints older than `written` beyond the newest `keep` (counting it); returns them.
 
-    iter_000000 (the SFT warm start) stays: runs and benchmarks start from it. Higher-numbered folders are
-    left alone: they belong to an earlier run in the same folder, and this run overwrites them as it goes.
+    iter_000000 (the SFT warm start) stays: runs and benchmarks start from it; so does `protected` (the best
+    one). Higher-numbered folders are left alone: they belong to an earlier run in the same folder, and this
+    run overwrites them as it goes.
     """
     if keep is None:
         return []
     number = iteration_in_name(written)
-    numbered = ((p, iteration_in_name(p)) for p in written.parent.glob(f"{FOLDER_PREFIX}*") if p.is_dir())
+    numbered = ((p, iteration_in_name(p)) for p in written.parent.glob(f"{FOLDER_PREFIX}*")
+                if p.is_dir() and (protected is None or p.resolve() != Path(protected).resolve()))
     older = sorted(((p, n) for p, n in numbered if n is not None and 0 < n < number), key=lambda pair: pair[1])
     doomed = [p for p, _ in older[: max(0, len(older) - (keep - 1))]]
     for path in doomed:
         shutil.rmtree(path, ignore_errors=True)
     return doomed
+
+
+@dataclass
+class BestCheckpoint:
+    """`checkpointing.keep_best`: the held-out metric's best value so far, at which iteration, in which folder
+    (the starting model's when nothing beat it), kept in `checkpoints/best.json` (so a resumed run goes on
+    from it)."""
+
+    folder: Path  #: the run's checkpoints/ folder
+    metric: str
+    mode: str = "max"
+    value: float | None = None
+    iteration: int | None = None
+    path: str | None = None
+
+    def __post_init__(self) -> None:
+        file = self.folder / BEST_FILE
+        if file.is_file():
+            record = json.loads(file.read_text())
+            if record.get("metric") == self.metric and record.get("mode") == self.mode:
+                self.value, self.iteration, self.path = record["value"], record["iteration"], record["path"]
+
+    def improves(self, metrics: dict[str, Any]) -> bool:
+        """Whether `metrics` (an evaluation's) holds the metric, better than the best so far."""
+        value = metrics.get(self.metric)
+        if not isinstance(value, int | float) or value != value:  # absent, or NaN (no episode scored)
+            return False
+        return self.value is None or (value > self.value if self.mode == "max" else value < self.value)
+
+    def record(self, value: float, iteration: int, path: str | Path) -> None:
+        """Make (value, iteration, path) the best, in memory and in best.json."""
+        self.value, self.iteration, self.path = float(value), iteration, str(path)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        document = {"metric": self.metric, "mode": self.mode, "value": self.value, "iteration": iteration,
+                    "path": self.path}
+        write_atomic(self.folder / BEST_FILE, lambda tmp: tmp.write_text(json.dumps(document, indent=1)))
 
 
 def replace_folder(staging: Path, path: Path) -> None:

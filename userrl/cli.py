@@ -64,6 +64,14 @@ def cmd_train(args: argparse.Namespace) -> int:
                       f"(view: mlflow ui --backend-store-uri {algo.mlflow_uri})")
         if checkpoints:
             console.print(f"checkpoint: {checkpoints[-1]}")
+        if config.checkpointing.keep_best:
+            from userrl.checkpoint import BestCheckpoint, checkpoints_dir
+
+            best = BestCheckpoint(checkpoints_dir(config.run_dir), config.checkpointing.keep_best,
+                                  config.checkpointing.best_mode)
+            if best.path:
+                console.print(f"best checkpoint ({best.metric} {best.value:.3f} at iteration {best.iteration}): "
+                              f"{best.path}")
     finally:
         algo.stop()
     return 0

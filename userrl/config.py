@@ -532,6 +532,19 @@ class CheckpointConfig(_Section):
         "null = keep all.")
     resume_from: str | None = Field(None, description="Checkpoint folder (iter_NNNNNN) to resume from: weights, "
                                     "optimizer, RNG and iteration; null = start fresh.")
+    keep_best: str | None = Field(
+        None, description="A held-out metric (e.g. eval/success_rate): after each evaluation that beats the best "
+        "value so far, the iteration's checkpoint is written (if the schedule did not) and named in "
+        "checkpoints/best.json, and pruning keeps it; needs evaluation.interval > 0. null = off.")
+    best_mode: Literal["max", "min"] = Field("max", description="Whether keep_best's metric is better high or low.")
+
+    @field_validator("keep_best")
+    @classmethod
+    def _an_evaluation_metric(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("eval/"):
+            raise ValueError(f"keep_best must name a held-out metric (eval/...), got {value!r}; e.g. "
+                             "eval/success_rate or eval/reward_mean")
+        return value
 
 
 class TrackingConfig(_Section):
@@ -648,6 +661,10 @@ class UserRLConfig(_Section):
             raise ValueError(
                 f"{', '.join(changed)}: training.adv_estimator=grpo_multiturn has no critic; set "
                 f"training.adv_estimator to a GAE estimator ({', '.join(GAE_ESTIMATORS)}) or remove the critic settings")
+        if self.checkpointing.keep_best and not self.evaluation.interval:
+            raise ValueError(
+                f"checkpointing.keep_best={self.checkpointing.keep_best} ranks the held-out evaluations, but "
+                "evaluation.interval=0 runs none; set evaluation.interval (e.g. 4) or remove checkpointing.keep_best")
         from userrl.protocols import get_protocol
 
         protocol = get_protocol(self.env.protocol)

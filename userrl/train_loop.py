@@ -26,7 +26,14 @@ import torch.distributed as dist
 
 from userrl.algorithms import groups_with_signal, high_variance_groups
 from userrl.chat import ChatFormat
-from userrl.checkpoint import Checkpoint, checkpoints_dir, latest_complete, prune_checkpoints, remove_staging
+from userrl.checkpoint import (
+    BestCheckpoint,
+    Checkpoint,
+    checkpoints_dir,
+    latest_complete,
+    prune_checkpoints,
+    remove_staging,
+)
 from userrl.config import UserRLConfig
 from userrl.coordinator import PendingRollout, RolloutCoordinator, restore_task_source, task_source_documents
 from userrl.envs import Task
@@ -220,8 +227,13 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
         sync_weights(learner, coordinator, version)
 
     ev = config.evaluation
+    cc = config.checkpointing
+    best = BestCheckpoint(checkpoints_dir(config.run_dir), cc.keep_best, cc.best_mode) if cc.keep_best else None
     if ev.interval and start == 0:  # the starting point (after any warm start), for the learning curve
         metrics = coordinator.evaluate(ev.num_tasks, ev.split, ev.temperature)[1] if rank0 else None
+        if rank0 and best is not None and best.improves(metrics):  # the start: its checkpoint, or its model
+            warm = Checkpoint.of_run(config.run_dir, 0)
+            best.record(metrics[best.metric], 0, warm.path if warm.is_complete else model_path)
         report({"phase": "eval", "iteration": 0, **_share(metrics)})
 
     tc = config.training
@@ -244,7 +256,7 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
             trajectories, result = _share((trajectories, result))
             result["rollout/policy_lag_max"] = policy_lag(trajectories, version)
             _update_and_report(config, learner, coordinator, tokenizer, report, iteration, version,
-                               trajectories, result, began, sleeping)
+                               trajectories, result, began, sleeping, best)
             version += 1
     finally:
         if pending is not None:  # only after an error: the last iteration launches nothing
@@ -265,7 +277,7 @@ def _save_checkpoint(config: UserRLConfig, learner: Learner, coordinator: Rollou
 def _update_and_report(config: UserRLConfig, learner: Learner, coordinator: RolloutCoordinator | None,
                        tokenizer: Any, report: _Reporter, iteration: int, version: int,
                        trajectories: list[Trajectory], result: dict[str, Any], began: float,
-                       sleeping: bool) -> None:
+                       sleeping: bool, best: BestCheckpoint | None) -> None:
     """Update on one batch, sync weights, checkpoint, evaluate and report (`version`: before the update)."""
     ev = config.evaluation
     rank0 = learner.rank == 0
@@ -317,15 +329,26 @@ def _update_and_report(config: UserRLConfig, learner: Learner, coordinator: Roll
         result["weight_sync/group_replicas"] = float(sum(path == "group" for path in group.sync_paths.values()))
 
     done = iteration + 1
-    every = config.checkpointing.every
-    if every and (done % every == 0 or done == config.training.iterations):
+    cc = config.checkpointing
+    path = None
+    if cc.every and (done % cc.every == 0 or done == config.training.iterations):
         path = _save_checkpoint(config, learner, coordinator, tokenizer, done, version)
         result["checkpoint"] = str(path)
         if rank0:  # save_checkpoint ends with a barrier: `path` is complete before anything goes
-            prune_checkpoints(path, config.checkpointing.keep)
+            prune_checkpoints(path, cc.keep, best.path if best else None)
 
-    if ev.interval and done % ev.interval == 0 and rank0:
-        result.update(coordinator.evaluate(ev.num_tasks, ev.split, ev.temperature)[1])
+    if ev.interval and done % ev.interval == 0:
+        if rank0:
+            result.update(coordinator.evaluate(ev.num_tasks, ev.split, ev.temperature)[1])
+        # Every rank takes part in a checkpoint the schedule did not write (after the evaluation, so the
+        # scheduled ones hold the same RNG state as without keep_best).
+        if best is not None and _share(rank0 and best.improves(result)):
+            if path is None:
+                path = _save_checkpoint(config, learner, coordinator, tokenizer, done, version)
+                result["checkpoint"] = str(path)
+            if rank0:
+                best.record(result[best.metric], done, path)
+                prune_checkpoints(path, cc.keep, path)
 
     result["memory/learner_rss_gb"] = max(_share_all(_release_memory()))
     result.update({"phase": "rl", "iteration": done, "policy_version": version,

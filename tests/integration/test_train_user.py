@@ -287,7 +287,8 @@ def test_train_user_with_a_loopback_openai_judge_retries_bad_replies(ray_local, 
     llm = {"base_url": server.base_url, "model": "judge-m", "attempts": 2, "timeout_s": 10.0, "retry_pause_s": 0.01}
     try:
         algo = (_builder(tmp_path, replier, "openai-user", mode="response_only", judge="openai", judge_llm=llm)
-                .training(iterations=1).evaluation(interval=1, num_tasks=2).checkpointing(every=0).build_trainer())
+                .training(iterations=1).evaluation(interval=1, num_tasks=2)
+                .checkpointing(every=0, keep_best="eval/reward_mean").build_trainer())
         seen: list[dict[str, Any]] = []  # the evaluation before training (iteration 0) too
         try:
             results = algo.fit(on_result=seen.append)
@@ -315,6 +316,17 @@ def test_train_user_with_a_loopback_openai_judge_retries_bad_replies(ray_local, 
     assert r["eval/humanlm/response/samples"] == 2 and r["eval/humanlm/response/score"] == pytest.approx(0.6)
     metrics = _metric_keys(uri, run_id)
     assert "humanlm.judge_calls" in metrics and "eval.humanlm.response.score" in metrics
+
+    # checkpointing.keep_best: the first of the best evaluations is named, and its checkpoint exists although
+    # the schedule writes none (every=0); the start (iteration 0) is the starting model itself.
+    folder = tmp_path / "openai-user" / "checkpoints"
+    best = json.loads((folder / "best.json").read_text())
+    values = [x["eval/reward_mean"] for x in seen]
+    assert best["value"] == pytest.approx(max(values)) and best["iteration"] == values.index(max(values))
+    if best["iteration"] == 0:
+        assert best["path"] == replier and not (folder / "iter_000001").exists()
+    else:
+        assert best["path"] == str(folder / "iter_000001") and (folder / "iter_000001" / "meta.json").is_file()
 
 
 def test_evaluate_user_with_a_judge_that_always_fails_aborts_and_reports(ray_local, replier, tmp_path, monkeypatch,
