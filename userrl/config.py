@@ -85,6 +85,14 @@ class ExperimentConfig(_Section):
     output_dir: str = Field("runs", description="Runs, checkpoints and the default MLflow store live here.")
 
 
+def _reward_preset(value: str) -> str:
+    from userrl.envs.base import REWARD_PRESET_NAMES
+
+    if value not in REWARD_PRESET_NAMES:
+        raise ValueError(f"unknown reward preset {value!r}; valid: {', '.join(REWARD_PRESET_NAMES)}")
+    return value
+
+
 class EnvConfig(_Section):
     gyms: list[GymSpec] = Field(default_factory=lambda: [GymSpec()], description="The task mixture: gyms and weights.")
     data_root: str | None = Field(None, description="Folder of the original UserRL data (source: userrl).")
@@ -98,6 +106,11 @@ class EnvConfig(_Section):
         "for a plug-in's user-reply gym)."
     )
 
+    @field_validator("reward_preset")
+    @classmethod
+    def _known_preset(cls, value: str) -> str:
+        return _reward_preset(value)
+
     @field_validator("protocol")
     @classmethod
     def _registered_protocol(cls, value: str) -> str:
@@ -107,7 +120,10 @@ class EnvConfig(_Section):
             raise ValueError(f"env.protocol={value!r} is not a registered action protocol; known: "
                              f"{', '.join(protocol_names())}")
         return value
-    show_reward_in_feedback: bool = Field(False, description="Append `Reward: r` to each step's feedback to the agent.")
+    show_reward_in_feedback: bool = Field(False, description="Append `Reward: r` to each step's feedback to the agent "
+                                          "(training and in-training evaluation; `userrl evaluate`: evaluation's).")
+    reward_preset: str = Field("train", description="The gyms' reward preset (docs/spec/GYMS.md §0.9) of training "
+                               "and in-training evaluation; `userrl evaluate` uses evaluation.reward_preset.")
     step_timeout_s: float = Field(120.0, gt=0, description="Seconds an env step may take; past that the episode "
                                   "is aborted (and counted).")
     backend: Literal["scripted", "openai", "local"] = Field(
@@ -501,6 +517,11 @@ class LearnerConfig(_Section):
 
 
 class EvaluationConfig(_Section):
+    @field_validator("reward_preset")
+    @classmethod
+    def _known_preset(cls, value: str) -> str:
+        return _reward_preset(value)
+
     interval: int = Field(0, ge=0, description="Evaluate every N iterations; 0 = only when asked.")
     num_tasks: int = Field(16, ge=1, description="Held-out tasks per evaluation during training (the first ones).")
     split: str = Field("test", description="Split of the held-out tasks.")
@@ -510,6 +531,10 @@ class EvaluationConfig(_Section):
         "judges whatever env.backend trains against: ground truth no training user saw (an LLM or trained user "
         "simulator in training); false = the training users.")
     passes: int = Field(1, ge=1, description="`userrl evaluate`: passes per test item (micro_max is best of k).")
+    reward_preset: str = Field("eval", description="`userrl evaluate`: the gyms' reward preset (docs/spec/GYMS.md "
+                               "§0.9: Travel's evaluation weights); training uses env.reward_preset.")
+    show_reward_in_feedback: bool = Field(False, description="`userrl evaluate`: append `Reward: r` to each step's "
+                                          "feedback; training uses env.show_reward_in_feedback.")
     max_episodes_per_gym: int | None = Field(
         None, ge=1, description="`userrl evaluate`: the first N test items per gym, each played `passes` times; "
         "null = the whole split.")

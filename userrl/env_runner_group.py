@@ -55,7 +55,7 @@ def env_kwargs(config: UserRLConfig) -> dict[str, dict[str, Any]]:
     ec = config.env
     protocol = get_protocol(ec.protocol)
     return {spec.name: {"max_steps": ec.max_steps, "step_timeout_s": ec.step_timeout_s, "backend": ec.backend,
-                        **protocol.env_kwargs(get_gym(spec.name)), **spec.kwargs} for spec in ec.gyms}
+                        "reward_preset": ec.reward_preset, **protocol.env_kwargs(get_gym(spec.name)), **spec.kwargs} for spec in ec.gyms}
 
 
 def _answers(calls: dict[int, Any], timeout: float) -> dict[int, Any]:

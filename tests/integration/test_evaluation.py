@@ -134,6 +134,7 @@ def test_openai_policy_scores_the_solvers_and_resumes(tmp_path, monkeypatch):
         assert run.data.metrics["eval.function.micro_avg"] == 1.0
         assert run.data.metrics["eval.function.aborted"] == 2.0
         assert run.data.params["eval.policy"] == policy and run.data.params["evaluation.passes"] == "2"
+        assert run.data.params["env.reward_preset"] == "eval"  # the standalone evaluation's (GYMS §0.9)
         artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "evaluation")}
         assert artifacts == {"evaluation/metrics.json", "evaluation/episodes.parquet"}
 

@@ -766,3 +766,22 @@ def test_type_and_reply_validators() -> None:
 def test_the_elicitation_ratio_space_is_a_fraction() -> None:
     space = started().observation_space["elicitation_ratio"]
     assert space.contains(0.5) and not space.contains(1.5) and not space.contains(True)
+
+
+def test_training_plays_the_train_preset_and_userrl_evaluate_the_eval_preset() -> None:
+    """GYMS §0.9: the config's env.reward_preset reaches training's gyms, evaluation.reward_preset and
+    evaluation.show_reward_in_feedback replace them in `userrl evaluate`'s episodes."""
+    from userrl.commands.evaluate import fingerprint, standalone_config
+    from userrl.config import load_config
+    from userrl.env_runner_group import env_kwargs
+    from userrl.rollout import RolloutLimits
+
+    config = load_config(None, ["env.gyms=[{name: travel}]", "env.show_reward_in_feedback=true"])
+    evaluated = standalone_config(config, config.env.gyms)
+    for cfg, reward, shown in ((config, 0.8, True), (evaluated, 0.6, False)):
+        (kwargs,) = env_kwargs(cfg).values()
+        obs, got, *_ = started(**kwargs).step(ASK_RATING)
+        assert got == reward and RolloutLimits.from_config(cfg, 0.0).show_reward_in_feedback is shown
+    assert fingerprint(evaluated, "m")["reward_preset"] == "eval"
+    with pytest.raises(ValueError, match="unknown reward preset 'test'; valid: train, eval"):
+        load_config(None, ["evaluation.reward_preset=test"])

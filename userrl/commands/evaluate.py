@@ -60,7 +60,8 @@ KEY = ("gym", "item_key", "pass_index")
 CHUNK_SIZE = 8
 #: What must match for shards in an output folder to be reused.
 FINGERPRINT_KEYS = ("policy", "temperature", "protocol", "max_turns", "max_steps", "max_new_tokens",
-                    "max_model_len", "backend", "split", "seed", "show_reward_in_feedback", "openai_tools")
+                    "max_model_len", "backend", "split", "seed", "show_reward_in_feedback", "reward_preset",
+                    "openai_tools")
 
 
 @dataclass
@@ -161,6 +162,16 @@ def default_out(config: UserRLConfig, kind: str, label: str) -> Path:
     return config.run_dir / "eval" / (_slug(name) + (f"-T{temperature:g}" if temperature > 0 else ""))
 
 
+def standalone_config(config: UserRLConfig, specs: list[GymSpec]) -> UserRLConfig:
+    """The config the episodes are played with: these gyms, and the standalone evaluation's reward preset and
+    feedback setting in place of training's (docs/spec/GYMS.md §0.9)."""
+    config = config.model_copy(deep=True)
+    config.env.gyms = specs
+    config.env.reward_preset = config.evaluation.reward_preset
+    config.env.show_reward_in_feedback = config.evaluation.show_reward_in_feedback
+    return config
+
+
 def fingerprint(config: UserRLConfig, label: str) -> dict[str, Any]:
     """The settings that make shards comparable (passes, gyms and caps may change between runs)."""
     pc, ec = config.policy, config.env
@@ -169,6 +180,7 @@ def fingerprint(config: UserRLConfig, label: str) -> dict[str, Any]:
             "max_new_tokens": config.evaluation.openai_max_tokens if label.startswith("openai:") else pc.max_new_tokens,
             "max_model_len": pc.max_model_len, "backend": ec.backend, "split": config.evaluation.split,
             "seed": config.experiment.seed, "show_reward_in_feedback": ec.show_reward_in_feedback,
+            "reward_preset": ec.reward_preset,
             "openai_tools": config.evaluation.openai_tools if label.startswith("openai:") else None}
 
 
@@ -320,8 +332,7 @@ def run_evaluation(config: UserRLConfig, *, checkpoint: str | None = None, polic
             log.warning("gym %s skipped: %s", gym, reason)
     if not tasks:
         raise ValueError(f"no gym to evaluate: every requested gym was skipped ({', '.join(skipped)})")
-    config = config.model_copy(deep=True)
-    config.env.gyms = [spec for spec in specs if spec.name in tasks]
+    config = standalone_config(config, [spec for spec in specs if spec.name in tasks])
     out = Path(out) if out else default_out(config, kind, label)
     prepare_out(out, fingerprint(config, label))
 
