@@ -74,6 +74,18 @@ def test_shipped_configs_validate():
         load_config(path)
 
 
+def test_the_mua_config_follows_mua_rls_training_settings():
+    """docs/spec/ALGORITHMS.md §5.1: GRPO on the binary score broadcast to every token (sum + equalized), clip
+    0.2/0.2, dual clip 3.0, token-mean, KL low_var_kl 0.001, no entropy, no critic, lr 1e-6, 30 turns."""
+    config = load_config(EXPERIMENTS / "mua.yaml")
+    t = config.training
+    assert (t.trajectory_score, t.turn_credit, t.adv_estimator) == ("sum", "equalized", "grpo_multiturn")
+    assert (t.clip_ratio_low, t.clip_ratio_high, t.clip_ratio_c, t.loss_agg_mode) == (0.2, 0.2, 3.0, "token-mean")
+    assert (t.use_kl_loss, t.kl_loss_type, t.kl_loss_coef, t.entropy_coeff, t.lr) == (
+        True, "low_var_kl", 0.001, 0.0, 1e-6)
+    assert (config.env.max_turns, config.env.protocol, config.policy.temperature) == (30, "native_tools", 1.0)
+
+
 def test_builder_matches_yaml():
     built = (TrainerConfig().environment(protocol="bracket", max_turns=5)
              .training(lr=2e-6, group_size=4).policy(model="tiny-random").to_config())
