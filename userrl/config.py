@@ -215,6 +215,9 @@ def _described(settings: type[BaseModel]) -> str:
 
 
 Dtype = Literal["float32", "bfloat16", "float16"]
+#: A dtype setting that may be left to the hardware (userrl.hardware.resolve_bf16): resolved when the config is
+#: read, so no consumer sees `auto`.
+DtypeOrAuto = Literal["auto", "float32", "bfloat16", "float16"]
 
 
 class PolicyConfig(_Section):
@@ -230,6 +233,11 @@ class PolicyConfig(_Section):
         "max_batch_size come from this section.")
     hf: HFSettings = Field(default_factory=HFSettings, description=f"hf engine settings: {_described(HFSettings)}")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _dtype_for_the_hardware(cls, data: Any) -> Any:
+        return _resolved_auto(data, "dtype", "policy.dtype", lambda d: (d.get("num_gpus_per_replica") or 0) > 0)
+
     @field_validator("vllm")
     @classmethod
     def _vllm(cls, value: dict[str, Any]) -> dict[str, Any]:
@@ -244,7 +252,8 @@ class PolicyConfig(_Section):
     num_gpus_per_replica: float = Field(0, ge=0, description="GPUs per replica (vllm on a GPU machine: 1).")
     num_threads: int | None = Field(None, description="torch threads per replica; null = all cores.")
     max_batch_size: int = Field(32, ge=1, description="Requests a replica decodes together.")
-    dtype: Dtype = Field("float32", description="Weights of the replicas' engine.")
+    dtype: DtypeOrAuto = Field("float32", description="Weights of the replicas' engine; auto = bfloat16 on a GPU or "
+                               "a CPU with bfloat16 instructions, float32 on other CPUs (resolved when read).")
     max_new_tokens: int = Field(
         64, ge=1, description="Cap on sampled tokens per assistant turn. A task with a token limit of its own "
         "(Task.max_new_tokens, e.g. a user simulator's 48 for a latent state) samples at most "
@@ -491,6 +500,18 @@ class SFTConfig(_Section):
     lr: float = Field(5e-5, gt=0, description="AdamW learning rate of the warm start.")
 
 
+def _resolved_auto(data: Any, key: str, name: str, gpu: Callable[[dict[str, Any]], bool]) -> Any:
+    """A section's raw settings with `key: auto` replaced by the dtype for the hardware (announced once)."""
+    if not isinstance(data, dict) or data.get(key) != "auto":
+        return data
+    from userrl.engines.select import announce_engine
+    from userrl.hardware import resolve_bf16
+
+    value, reason = resolve_bf16("auto", gpu(data))
+    announce_engine(value, reason, name)
+    return {**data, key: value}
+
+
 class LearnerConfig(_Section):
     num_learners: int = Field(
         2, ge=0, description="FSDP2 ranks (Ray Train workers) sharing the update; 0 = one learner in the driver "
@@ -501,11 +522,17 @@ class LearnerConfig(_Section):
     num_gpus_per_learner: float = Field(
         1.0, gt=0, description="GPUs per learner when use_gpu (a fraction shares a GPU with policy replicas: "
         "e.g. 0.5 each, with policy.vllm.sleep_mode so the replica frees its memory during the update).")
-    precision: Literal["float32", "bfloat16"] = Field(
-        "float32", description="bfloat16: autocast on CPU, FSDP mixed precision on GPU (fp32 master weights)."
+    precision: Literal["auto", "float32", "bfloat16"] = Field(
+        "float32", description="bfloat16: autocast on CPU, FSDP mixed precision on GPU (fp32 master weights); "
+        "auto = bfloat16 on GPUs or a CPU with bfloat16 instructions, float32 on other CPUs (resolved when read)."
     )
     gradient_checkpointing: bool = Field(False, description="Recompute activations in the backward pass (less "
                                          "memory, same update).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _precision_for_the_hardware(cls, data: Any) -> Any:
+        return _resolved_auto(data, "precision", "learners.precision", lambda d: bool(d.get("use_gpu")))
     logprob_chunk_tokens: int = Field(
         1024, ge=0, description="Token log-probabilities and entropies are computed from the last hidden state and "
         "the output embedding this many scored tokens at a time (each chunk's logits recomputed in the backward "
