@@ -17,6 +17,16 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 T = TypeVar("T")
 
+#: What follows the system prompt in a role call: one user message, or a conversation of user and assistant
+#: messages ending with a user message (the Tau customer's role-flipped view, docs/spec/GYMS.md §5).
+RoleInput = str | Sequence[Mapping[str, str]]
+
+
+def role_messages(system: str, user: RoleInput) -> list[dict[str, str]]:
+    """The chat messages of one role call: the system prompt, then the user message or the conversation."""
+    turns = [{"role": "user", "content": user}] if isinstance(user, str) else [dict(m) for m in user]
+    return [{"role": "system", "content": system}, *turns]
+
 
 @dataclass
 class RoleCall:
@@ -60,14 +70,14 @@ class RoleClient(Protocol):
         self,
         role: str,
         system: str,
-        user: str,
+        user: RoleInput,
         validate: Callable[[dict[str, Any]], T],
         *,
         max_tokens: int | None = None,
         temperature: float | None = None,
         seed: int | None = None,
     ) -> tuple[T | None, RoleCall]:
-        """One system + one user message; extract a JSON object (docs/spec/GYMS.md §0.6) and pass it through
+        """The system prompt + `user` (a message or a conversation); extract a JSON object (docs/spec/GYMS.md §0.6) and pass it through
         `validate` (which raises ValueError/KeyError/TypeError to reject it). Retries on failure; the
         value is None when every attempt failed. `seed` fixes the sampling (attempt k: `attempt_seed`)."""
         ...
@@ -76,7 +86,7 @@ class RoleClient(Protocol):
         self,
         role: str,
         system: str,
-        user: str,
+        user: RoleInput,
         *,
         max_tokens: int | None = None,
         temperature: float | None = None,

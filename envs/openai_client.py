@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from userrl.envs.json_extract import JSONExtractionError, extract_json_object, strip_think
-from userrl.envs.llm import RoleCall, RoleClient, UserModel, attempt_seed
+from userrl.envs.llm import RoleCall, RoleClient, RoleInput, UserModel, attempt_seed, role_messages
 from userrl.envs.reply_cache import ReplyCache
 
 __all__ = ["DEFAULT_BASE_URL", "LLMConfig", "OpenAIRoleClient", "make_role_client"]
@@ -338,7 +338,7 @@ class OpenAIRoleClient:
             f"roles={sorted(self._per_role)})"
         )
 
-    async def complete_json(self, role: str, system: str, user: str, validate: Callable[[dict[str, Any]], T], *,
+    async def complete_json(self, role: str, system: str, user: RoleInput, validate: Callable[[dict[str, Any]], T], *,
                             max_tokens: int | None = None, temperature: float | None = None,
                             seed: int | None = None) -> tuple[T | None, RoleCall]:
         """RoleClient.complete_json over the endpoint; each attempt's seed is sent as the request's `seed`."""
@@ -348,7 +348,7 @@ class OpenAIRoleClient:
 
         return await self._call(role, system, user, parse, max_tokens, temperature, seed)
 
-    async def complete_text(self, role: str, system: str, user: str, *, max_tokens: int | None = None,
+    async def complete_text(self, role: str, system: str, user: RoleInput, *, max_tokens: int | None = None,
                             temperature: float | None = None, seed: int | None = None) -> tuple[str | None, RoleCall]:
         """RoleClient.complete_text over the endpoint, think blocks dropped; an empty reply is a failed attempt."""
 
@@ -376,7 +376,7 @@ class OpenAIRoleClient:
         self,
         role: str,
         system: str,
-        user: str,
+        user: RoleInput,
         parse: Callable[[str], T],
         max_tokens: int | None,
         temperature: float | None,
@@ -428,7 +428,7 @@ class OpenAIRoleClient:
         self,
         cfg: LLMConfig,
         system: str,
-        user: str,
+        user: RoleInput,
         max_tokens: int | None,
         temperature: float | None,
         seed: int | None,
@@ -437,7 +437,7 @@ class OpenAIRoleClient:
         """One chat completion (from the cache when it has the request); the reply text. Counted in `call`."""
         payload = {
             "model": cfg.model,
-            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+            "messages": role_messages(system, user),
             "temperature": cfg.temperature if temperature is None else temperature,
             "max_tokens": cfg.max_tokens if max_tokens is None else max_tokens,
             **({} if seed is None else {"seed": seed}),

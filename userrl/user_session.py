@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from userrl.envs.llm import PersonaUserClient, RoleCall, UserBackend, UserModel
+from userrl.envs.llm import PersonaUserClient, RoleCall, RoleInput, UserBackend, UserModel
 from userrl.rollout import request_seed
 from userrl.trajectory import Trajectory
 
@@ -79,14 +79,14 @@ class UserSession:
         self.usage.add(call)
         return value, call
 
-    async def complete_json(self, role: str, system: str, user: str, validate: Callable[[dict[str, Any]], T], *,
+    async def complete_json(self, role: str, system: str, user: RoleInput, validate: Callable[[dict[str, Any]], T], *,
                             max_tokens: int | None = None, temperature: float | None = None,
                             seed: int | None = None) -> tuple[T | None, RoleCall]:
         """RoleClient.complete_json with the session's seed (a `seed` given here is ignored)."""
         return await self._call(lambda s: self.client.complete_json(
             role, system, user, validate, max_tokens=max_tokens, temperature=temperature, seed=s))
 
-    async def complete_text(self, role: str, system: str, user: str, *, max_tokens: int | None = None,
+    async def complete_text(self, role: str, system: str, user: RoleInput, *, max_tokens: int | None = None,
                             temperature: float | None = None, seed: int | None = None) -> tuple[str | None, RoleCall]:
         """RoleClient.complete_text with the session's seed (a `seed` given here is ignored)."""
         return await self._call(lambda s: self.client.complete_text(

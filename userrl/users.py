@@ -15,7 +15,7 @@ from typing import Any, ClassVar, TypeVar
 
 from userrl.engines.base import GenerationOutput, GenerationRequest
 from userrl.envs.json_extract import extract_json_object, strip_think
-from userrl.envs.llm import RoleCall, UserModel, attempt_seed
+from userrl.envs.llm import RoleCall, RoleInput, UserModel, attempt_seed, role_messages
 from userrl.envs.reply_cache import ReplyCache
 from userrl.plugins import registered
 from userrl.replica_handle import REPLICA_WAIT_S, ReplicaHandle
@@ -101,11 +101,10 @@ class ReplicaRoleClient:
                 call.resent += 1
                 await asyncio.sleep(0.5)
 
-    async def _complete(self, system: str, user: str, max_tokens: int | None, temperature: float | None,
+    async def _complete(self, system: str, user: RoleInput, max_tokens: int | None, temperature: float | None,
                         seed: int | None, call: RoleCall) -> str:
         ids = self.tokenizer.apply_chat_template(
-            [{"role": "system", "content": system}, {"role": "user", "content": user}],
-            tokenize=True, add_generation_prompt=True, return_dict=True)["input_ids"]
+            role_messages(system, user), tokenize=True, add_generation_prompt=True, return_dict=True)["input_ids"]
         request = GenerationRequest(list(ids), max_tokens or self.max_tokens,
                                     self.temperature if temperature is None else temperature, seed=seed,
                                     stop_token_ids=[self.tokenizer.eos_token_id])
@@ -134,7 +133,7 @@ class ReplicaRoleClient:
         call.latency_s = time.perf_counter() - start
         return None, call
 
-    async def complete_text(self, role: str, system: str, user: str, *, max_tokens: int | None = None,
+    async def complete_text(self, role: str, system: str, user: RoleInput, *, max_tokens: int | None = None,
                             temperature: float | None = None, seed: int | None = None) -> tuple[str | None, RoleCall]:
         """Free text; an empty reply counts as a failed attempt."""
         async def once(attempt_seed: int | None, call: RoleCall) -> str:
@@ -145,7 +144,7 @@ class ReplicaRoleClient:
 
         return await self._retry(role, seed, temperature, once)
 
-    async def complete_json(self, role: str, system: str, user: str, validate: Callable[[dict[str, Any]], T], *,
+    async def complete_json(self, role: str, system: str, user: RoleInput, validate: Callable[[dict[str, Any]], T], *,
                             max_tokens: int | None = None, temperature: float | None = None,
                             seed: int | None = None) -> tuple[T | None, RoleCall]:
         """A JSON object extracted per docs/spec/GYMS.md §0.6 and passed through `validate`."""

@@ -37,12 +37,6 @@ Rules:
 - Stay in character: keep the persona, goals and constraints of the description.
 - When your goal is fully met, reply with ###STOP### alone and nothing else."""
 
-CUSTOMER_USER_TEMPLATE = """The conversation so far ("Agent" is the customer-service agent, "You" are the customer):
-
-{transcript}
-
-Write your next message as the customer."""
-
 CONFIRM_WORDS = ("confirm", "proceed", "shall i", "would you like me to", "yes or no")
 ORDER_WORDS = ("order",)
 RESERVATION_WORDS = ("reservation",)
@@ -200,15 +194,12 @@ class ScriptedCustomer:
         return to_first_person(sentence)
 
 
-def render_transcript(turns: Sequence[tuple[str, str]]) -> str:
-    """The conversation as the llm customer sees it: ("agent" | "customer", text) turns, oldest first."""
-    return "\n".join(f"{'Agent' if who == 'agent' else 'You'}: {text}" for who, text in turns)
-
-
-def customer_messages(instruction: str, turns: Sequence[tuple[str, str]]) -> tuple[str, str]:
-    """The (system, user) messages of one llm customer call."""
+def customer_messages(instruction: str, turns: Sequence[tuple[str, str]]) -> tuple[str, list[dict[str, str]]]:
+    """The system prompt and the conversation of one llm customer call, seen from the customer's side
+    (docs/spec/GYMS.md §5, as MUA-RL's simulator sees it): the agent's messages as `user`, the customer's own
+    as `assistant`, ("agent" | "customer", text) turns oldest first, ending with the agent's latest message."""
     system = CUSTOMER_SYSTEM_PROMPT.format(instruction=instruction)
-    return system, CUSTOMER_USER_TEMPLATE.format(transcript=render_transcript(turns))
+    return system, [{"role": "user" if who == "agent" else "assistant", "content": text} for who, text in turns]
 
 
 def clean_reply(text: str | None) -> str | None:

@@ -317,10 +317,10 @@ class FakeCustomer:
     """The customer model's double: canned replies; None = every attempt failed, "" = an empty reply."""
 
     def __init__(self, replies: list[str | None]):
-        self.replies, self.transcripts = list(replies), []
+        self.replies, self.conversations = list(replies), []
 
-    async def complete_text(self, role: str, system: str, user: str, **_: Any) -> tuple[str | None, RoleCall]:
-        self.transcripts.append(user)
+    async def complete_text(self, role: str, system: str, user: Any, **_: Any) -> tuple[str | None, RoleCall]:
+        self.conversations.append(user)
         reply = self.replies.pop(0)
         return reply, RoleCall(role, 3 if reply is None else 1, reply is not None, 0.01)
 
@@ -341,11 +341,11 @@ def test_the_simulator_sees_the_dialogue_without_tool_traffic(tokenizer):
     texts = ["Which order?", call("get_order_details", order_id=ORDER_ID), "It is cancelled now."]
     traj, _, customer = llm_episode(tokenizer, [f"Order {ORDER_ID}.", "Thanks! ###STOP###"], texts)
     assert traj.stop_reason == "env_done" and traj.messages[-1] == {"role": "user", "content": "Thanks! ###STOP###"}
-    lines = customer.transcripts[-1].splitlines()
-    dialogue = lines[lines.index(f"Agent: {GREETING}"):lines.index(f"Agent: {GREETING}") + 5]
-    assert dialogue == [f"Agent: {GREETING}", f"You: {TASK.data['obs']}", "Agent: Which order?",
-                        f"You: Order {ORDER_ID}.", "Agent: It is cancelled now."]
-    assert "get_order_details" not in customer.transcripts[-1] and "tool_call" not in customer.transcripts[-1]
+    # GYMS §5's role-flipped chat: the agent's messages are the customer model's `user`, its own `assistant`.
+    assert customer.conversations[-1] == [
+        {"role": "user", "content": GREETING}, {"role": "assistant", "content": TASK.data["obs"]},
+        {"role": "user", "content": "Which order?"}, {"role": "assistant", "content": f"Order {ORDER_ID}."},
+        {"role": "user", "content": "It is cancelled now."}]
 
 
 @pytest.mark.parametrize("reply", [None, "", "<think>nothing to say</think>"])

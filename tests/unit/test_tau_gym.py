@@ -315,7 +315,7 @@ class FakeCustomerClient:
         self,
         role: str,
         system: str,
-        user: str,
+        user: Any,
         *,
         max_tokens: int | None = None,
         temperature: float | None = None,
@@ -337,10 +337,11 @@ def test_llm_customer_prompt_and_reply() -> None:
     assert call["role"] == "customer" and call["temperature"] == 0.7
     assert call["system"] == tc.CUSTOMER_SYSTEM_PROMPT.format(instruction=INSTRUCTION)
     assert "###STOP###" in call["system"] and INSTRUCTION in call["system"]
-    assert call["user"].splitlines()[2:5] == [
-        "Agent: Hi! How can I help you today?",
-        f"You: {BASE.data['obs']}",
-        "Agent: Hello, what can I do for you?",
+    # The role-flipped chat of GYMS §5: the agent speaks as `user`, the customer's own words are `assistant`.
+    assert call["user"] == [
+        {"role": "user", "content": "Hi! How can I help you today?"},
+        {"role": "assistant", "content": BASE.data["obs"]},
+        {"role": "user", "content": "Hello, what can I do for you?"},
     ]
     assert info["lm_calls"] == [{"role": "customer", "attempts": 1, "ok": True, "latency_s": 0.01}]
 
@@ -351,8 +352,10 @@ def test_llm_customer_sees_only_messages_not_tool_traffic() -> None:
     step(env, "[action] one")
     step(env, tool("get_order_details", order_id=ORDER_ID))
     step(env, "[action] two")
-    transcript = client.calls[1]["user"]
-    assert "Agent: one\nYou: First.\nAgent: two" in transcript and "get_order_details" not in transcript
+    conversation = client.calls[1]["user"]
+    assert [m["content"] for m in conversation[2:]] == ["one", "First.", "two"]
+    assert [m["role"] for m in conversation[2:]] == ["user", "assistant", "user"]
+    assert "get_order_details" not in str(conversation)
 
 
 @pytest.mark.parametrize("reply", [None, "", "   ", "<think>only thoughts</think>"])
