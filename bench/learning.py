@@ -15,6 +15,11 @@ TelepathyGym with scripted simulated users, SmolLM2-135M, bracket protocol) runs
    best, the rollout success and the wall time, read back from the report's `history.csv`/`runs.csv`, and
    draws them in one more PNG (`bench_heldout_success.png` in the report folder).
 
+With `--sft-only`, after the sweep: the best SFT-only agent given the same wall time (the warm start's minutes
+plus the trials' mean, as MLflow counts them), trained by `userrl train` with 0 iterations on as many
+grounded demonstrations and epochs as that time buys at the warm start's speed, and evaluated on the same
+held-out tasks: RL against imitation at equal time (issue 34). `--credits equalized` runs one trial.
+
 Every command is printed before it runs. The real run (about 55 min on 2 cores, estimated; run it alone):
 
     .venv/bin/python bench/learning.py
