@@ -89,10 +89,12 @@ class LoopbackCustomer(LoopbackChatServer):
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
-        system, transcript = body["messages"][0]["content"], body["messages"][1]["content"]
+        system, conversation = body["messages"][0]["content"], body["messages"][1:]
         if system not in self.tasks:
             self.tasks.append(system)
-        agent_messages = sum(line.startswith("Agent: ") for line in transcript.splitlines()) - 1  # the greeting
+        # The customer's side of the dialogue (GYMS §5): the agent speaks as `user`, the first time to greet.
+        assert [m["role"] for m in conversation[:2]] == ["user", "assistant"] and conversation[-1]["role"] == "user"
+        agent_messages = sum(m["role"] == "user" for m in conversation) - 1  # the greeting
         content = FIRST_REPLY if agent_messages <= 1 else STOP_REPLY if self.tasks.index(system) == 0 else ""
         self.replies.append(content)
         return web.json_response({
