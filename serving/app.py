@@ -37,7 +37,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from userrl.actors.policy_replica import PolicyReplica
 from userrl.config import ConfigError
 from userrl.engines.base import GenerationChunk, GenerationOutput
-from userrl.engines.select import announce_engine, resolve_engine
+from userrl.engines.select import announce_choice, resolve_engine
 from userrl.serving import protocol
 from userrl.serving.chat_engine import ChatEngine, Prepared, Reply
 from userrl.serving.config import ServeConfig, check_engine_options, load_serve_config
@@ -380,7 +380,7 @@ def build_app(config: ServeConfig):
         check_engine_options(engine, config.engine_options)
     except ValueError as error:
         raise ConfigError(f"engine={config.engine} runs {engine} here ({reason}): {error}") from None
-    announce_engine(engine, reason)
+    announce_choice(engine, reason)
     pad = load_tokenizer(model_path).pad_token_id or 0
     model = model_deployment(config, model_path, pad, engine)
     return Gateway.bind(config.model_dump(mode="json"), model_path, model, api_key_digest(config))

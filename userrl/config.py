@@ -504,11 +504,11 @@ def _resolved_auto(data: Any, key: str, name: str, gpu: Callable[[dict[str, Any]
     """A section's raw settings with `key: auto` replaced by the dtype for the hardware (announced once)."""
     if not isinstance(data, dict) or data.get(key) != "auto":
         return data
-    from userrl.engines.select import announce_engine
+    from userrl.engines.select import announce_choice
     from userrl.hardware import resolve_bf16
 
     value, reason = resolve_bf16("auto", gpu(data))
-    announce_engine(value, reason, name)
+    announce_choice(value, reason, name)
     return {**data, key: value}
 
 
@@ -529,10 +529,6 @@ class LearnerConfig(_Section):
     gradient_checkpointing: bool = Field(False, description="Recompute activations in the backward pass (less "
                                          "memory, same update).")
 
-    @model_validator(mode="before")
-    @classmethod
-    def _precision_for_the_hardware(cls, data: Any) -> Any:
-        return _resolved_auto(data, "precision", "learners.precision", lambda d: bool(d.get("use_gpu")))
     logprob_chunk_tokens: int = Field(
         1024, ge=0, description="Token log-probabilities and entropies are computed from the last hidden state and "
         "the output embedding this many scored tokens at a time (each chunk's logits recomputed in the backward "
@@ -542,13 +538,13 @@ class LearnerConfig(_Section):
         2, ge=0, description="Learner-group failures (a learner process dies) that Ray Train recovers from by "
         "restarting the group from this run's newest complete checkpoint; 0 = the run fails at once.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _precision_for_the_hardware(cls, data: Any) -> Any:
+        return _resolved_auto(data, "precision", "learners.precision", lambda d: bool(d.get("use_gpu")))
+
 
 class EvaluationConfig(_Section):
-    @field_validator("reward_preset")
-    @classmethod
-    def _known_preset(cls, value: str) -> str:
-        return _reward_preset(value)
-
     interval: int = Field(0, ge=0, description="Evaluate every N iterations; 0 = only when asked.")
     num_tasks: int = Field(16, ge=1, description="Held-out tasks per evaluation during training (the first ones).")
     split: str = Field("test", description="Split of the held-out tasks.")
@@ -573,6 +569,11 @@ class EvaluationConfig(_Section):
         "'request' = the request's OpenAI `tools`, calls read from `tool_calls` (vLLM: --enable-auto-tool-choice "
         "--tool-call-parser); 'prompt' = written into the system message as training writes them, calls read "
         "from <tool_call> text (any server, no tool parser; e.g. SmolLM2, whose template ignores tools).")
+
+    @field_validator("reward_preset")
+    @classmethod
+    def _known_preset(cls, value: str) -> str:
+        return _reward_preset(value)
 
 
 class CheckpointConfig(_Section):

@@ -26,7 +26,7 @@ from userrl.actors.env_runner import REPLICA_LOST, EnvRunner, EpisodeSpec
 from userrl.actors.policy_replica import AWAITING_WEIGHTS, PolicyReplica
 from userrl.cluster import init_ray
 from userrl.config import UserRLConfig
-from userrl.engines.select import announce_engine, resolve_engine
+from userrl.engines.select import announce_choice, resolve_engine
 from userrl.replica_handle import REPLICA_WAIT_S
 from userrl.rollout import RolloutLimits, abort_trajectory, new_trajectory
 from userrl.tokenizer import load_tokenizer
@@ -116,7 +116,7 @@ class EnvRunnerGroup:
 
         #: The engines the replicas run (`auto` resolved on this machine, for the replicas' device).
         self.engine, reason = resolve_engine(pc.engine, model_path, "policy.engine", gpu=pc.num_gpus_per_replica > 0)
-        announce_engine(self.engine, reason)
+        announce_choice(self.engine, reason)
         self.replicas = start_replicas(model_path, self.engine, pc.num_replicas, pc.num_gpus_per_replica, True,
                                        engine_options(self.engine), "policy")
         self.user_replicas: list[Any] = []
@@ -126,7 +126,7 @@ class EnvRunnerGroup:
             user_path = resolve_user_model(ec.local_user_model, ec.local_user_format)
             self.user_engine, reason = resolve_engine(ec.local_user_engine, user_path, "env.local_user_engine",
                                                       gpu=False)
-            announce_engine(self.user_engine, reason, "user engine")
+            announce_choice(self.user_engine, reason, "user engine")
             self.user_replicas = start_replicas(user_path, self.user_engine, ec.local_user_replicas, 0, False,
                                                 engine_options(self.user_engine, user=True), "user")
         runner = ray.remote(EnvRunner).options(num_cpus=er.num_cpus_per_env_runner, max_concurrency=64,

