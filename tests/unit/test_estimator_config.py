@@ -48,7 +48,7 @@ def test_presets_fill_only_what_the_config_leaves_out():
             ragen.lam) == ("gae", 0.2, 0.3, 0.001, 1.0, 1.0)
     multi = load_config(None, ["training.preset=ragen_multiturn"]).training
     assert (multi.adv_estimator, multi.gamma_H, multi.lam_H, multi.turn_level_weight, multi.use_kl_loss,
-            multi.kl_loss_coef) == ("gae_bilevel_weighted", 1.0, 1.0, 0.1, True, 0.001)  # spec §4.9: all four at 1
+            multi.kl_loss_coef) == ("gae_bilevel_weighted", 1.0, 1.0, 0.1, True, 0.001)  # docs/spec/ALGORITHMS.md §4.9: all four at 1
     # The preset's bi-level keys are not forced onto an estimator that does not read them.
     other = load_config(None, ["training.preset=ragen_multiturn", "training.adv_estimator=gae"]).training
     assert other.adv_estimator == "gae"
