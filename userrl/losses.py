@@ -150,8 +150,7 @@ class PPOPolicyLoss(TokenLoss):
             loss = loss - tc.entropy_coeff * aggregate(entropy, mask, tc.loss_agg_mode, denominator)
         # Token sums of the micro-batch's token means; `metrics` divides by the mini-batch's tokens.
         n = float(mask.sum())
-        sums = {key: float(stats[key]) * n for key in ("pg_clipfrac", "pg_clipfrac_dual", "approx_kl",
-                                                       "importance_ratio_mean", "kl") if key in stats}
+        sums = {key: float(stats[key]) * n for key in self.sum_keys if key in stats}
         if entropy is not None:
             sums["entropy"] = float((entropy.detach() * mask).sum())
         return loss, logp, sums
