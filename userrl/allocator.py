@@ -3,8 +3,9 @@
 A learner's update allocates and frees per-layer tensors of 5-25 MB over and over. glibc serves them from a heap
 that grows wherever a freed hole does not fit the next request and shrinks only from its top, so about a third
 of a rank's peak resident set was freed memory it kept (bench/README "glibc's allocator in the learner ranks").
-jemalloc's size classes reuse those holes. Its freed pages are kept for reuse, not returned to the system
-(`dirty_decay_ms:-1`): returning them made each update 11-19 % slower for a lower peak (the same section).
+jemalloc's size classes reuse those holes. Its freed pages are kept for reuse during an update, not returned to
+the system (`dirty_decay_ms:-1`: returning them made each update 11-19 % slower for a lower peak, the same
+section), and given back between iterations (`release_freed_memory`).
 
 An allocator is chosen when a process starts (`LD_PRELOAD`), so it reaches the learners through their
 environment: Ray Train's workers through the run's `worker_runtime_env`, a local learner
@@ -13,13 +14,17 @@ environment: Ray Train's workers through the run's `worker_runtime_env`, a local
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import os
 import sys
 from pathlib import Path
 
-#: Freed pages stay with the process for the next allocation (jemalloc's defaults return them within 10 s).
+#: Freed pages stay with the process for the next allocation (jemalloc's defaults return them within 10 s); the
+#: train loop returns them between iterations (`release_freed_memory`), when the learner waits for a rollout.
 JEMALLOC_CONF = "dirty_decay_ms:-1,muzzy_decay_ms:-1"
+#: jemalloc's MALLCTL_ARENAS_ALL: `arena.<it>.purge` purges every arena.
+_ALL_ARENAS = 4096
 #: Set in the environment of a `userrl` command that started itself again under jemalloc, to the LD_PRELOAD
 #: it had before: the processes it starts (Ray, the replicas, vLLM) start with that again.
 RESTARTED = "USERRL_ALLOCATOR_RESTARTED"
@@ -86,3 +91,17 @@ def forget_restart() -> bool:
     else:
         os.environ.pop("LD_PRELOAD", None)
     return True
+
+
+def release_freed_memory() -> None:
+    """Give the memory this process freed back to the system: jemalloc's purge of every arena, or glibc's
+    `malloc_trim` (Linux; elsewhere nothing)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        if running_allocator() == "jemalloc":
+            ctypes.CDLL(None).mallctl(f"arena.{_ALL_ARENAS}.purge".encode(), None, None, None, ctypes.c_size_t(0))
+        else:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # a libc without malloc_trim, a jemalloc built with a symbol prefix
+        pass

@@ -9,10 +9,8 @@ so generation overlaps the update and trajectories are at most one policy versio
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import gc
 import logging
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 from userrl.algorithms import groups_with_signal, high_variance_groups
-from userrl.allocator import running_allocator
+from userrl.allocator import release_freed_memory, running_allocator
 from userrl.chat import ChatFormat
 from userrl.checkpoint import (
     BestCheckpoint,
@@ -48,13 +46,12 @@ from userrl.trajectory import Trajectory
 def _release_memory() -> float:
     """Return freed heap to the OS and report this process's resident memory (GB).
 
-    Episodes differ in length, so activations and logits differ in shape every step; glibc keeps the
-    freed blocks and the resident size creeps up over iterations unless it is trimmed.
+    Episodes differ in length, so activations and logits differ in shape every step; an allocator keeps the
+    freed blocks (jemalloc, as the learners run it, all of them) and the resident size stays up while the
+    learner waits for the next rollout unless they are given back.
     """
     gc.collect()
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError):
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
+    release_freed_memory()
     return psutil.Process().memory_info().rss / 2**30
 
 

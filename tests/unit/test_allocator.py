@@ -95,3 +95,30 @@ def test_userrl_train_with_a_local_learner_restarts_under_jemalloc_and_says_its_
     assert done.returncode == 2 and "policy.model='/nonexistent/model'" in done.stdout + done.stderr
     assert [line for line in lines if line.startswith("under ")] == ["under system", "under jemalloc"]
     assert sum(line.startswith("policy.dtype: ") for line in lines) == 1
+
+
+@pytest.mark.parametrize("allocator", ["system", "jemalloc"])
+def test_freed_memory_goes_back_to_the_system_between_iterations(allocator):
+    """What the train loop does after each iteration: memory freed under either allocator leaves the process
+    (jemalloc keeps freed pages for reuse until then)."""
+    if allocator == "jemalloc" and jemalloc_path() is None:
+        pytest.skip("this Ray wheel ships no libjemalloc.so")
+    code = textwrap.dedent("""
+        import psutil
+        from userrl.allocator import release_freed_memory, running_allocator
+        rss = lambda: psutil.Process().memory_info().rss >> 20
+        blocks = [bytearray(1 << 20) for _ in range(400)]  # 1 MiB each: from the heap, not one mapping each
+        held = rss()
+        del blocks
+        freed = rss()
+        release_freed_memory()
+        print(running_allocator(), held, freed, rss())
+    """)
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", RESTARTED)}
+    done = subprocess.run([sys.executable, "-c", code], env={**env, **allocator_env(allocator)},
+                          capture_output=True, text=True, check=True, timeout=60)
+    name, held, freed, released = done.stdout.split()
+    assert name == allocator
+    assert int(held) - int(released) > 300  # MiB: most of the 400 MiB left
+    if allocator == "jemalloc":
+        assert int(freed) > int(held) - 100  # kept until released
