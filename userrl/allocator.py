@@ -15,6 +15,7 @@ environment: Ray Train's workers through the run's `worker_runtime_env`, a local
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib.util
 import os
 import sys
@@ -59,6 +60,7 @@ def allocator_env(name: str) -> dict[str, str]:
     return {"LD_PRELOAD": preload, "MALLOC_CONF": os.environ.get("MALLOC_CONF", JEMALLOC_CONF)}  # a user's wins
 
 
+@functools.cache  # fixed when the process starts; the train loop asks after every iteration
 def running_allocator() -> str:
     """The allocator this process runs with: jemalloc when its library is mapped, else the system's."""
     try:
