@@ -47,12 +47,12 @@ def _fit(algo: Any, on_result: Callable[[dict[str, Any]], None]) -> list[dict[st
 
 def cmd_train(args: argparse.Namespace) -> int:
     """Train with GRPO-multiturn (optionally after an SFT warm start)."""
-    from userrl.trainer import Trainer
-
     config = load_config(args.config, args.overrides)
     if args.resume:
         config.checkpointing.resume_from = args.resume
     _allocator_of_a_local_learner(args, config)
+    from userrl.trainer import Trainer  # after the restart: it imports torch and transformers (6 s)
+
     algo = Trainer(config)
     seen: list[dict[str, Any]] = []
 
@@ -119,10 +119,10 @@ def sft_config(path: str | None, overrides: list[str]) -> UserRLConfig:
 
 def cmd_sft(args: argparse.Namespace) -> int:
     """Only the supervised warm start; writes a checkpoint whose model folder can seed RL."""
-    from userrl.trainer import Trainer
-
     config = sft_config(args.config, args.overrides)
     _allocator_of_a_local_learner(args, config)
+    from userrl.trainer import Trainer  # after the restart, as in cmd_train
+
     algo = Trainer(config)
     try:
         _fit(algo, _progress)
