@@ -16,6 +16,7 @@ The server is stopped at the end, and every wait is bounded (--startup-timeout, 
 
     .venv/bin/python bench/mua_acceptance.py --tasks 20
     .venv/bin/python bench/mua_acceptance.py --tasks 2 --out runs/mua_acceptance_2
+    .venv/bin/python bench/mua_acceptance.py --easy --model runs/mua/checkpoints/iter_000000/model
 
 SmolLM2-135M scores near 0: the numbers say where it fails. Results (episodes.parquet, metrics.json, the
 server's log) stay under --out; a re-run with the same --out resumes the evaluation's shards.
@@ -98,7 +99,10 @@ def evaluate_command(url: str, args: argparse.Namespace, out: Path) -> list[str]
     """The `userrl evaluate` command line of the acceptance run."""
     llm = {"base_url": url, "model": SERVED_NAME, "max_tokens": args.customer_max_tokens,
            "timeout_s": args.request_timeout, "attempts": 2, "retry_pause_s": 1.0}
-    gym = {"name": "tau", "source": "userrl"} if args.data_root else {"name": "tau"}
+    if args.easy:
+        gym = {"name": "tau", "difficulty": [0]}
+    else:
+        gym = {"name": "tau", "source": "userrl"} if args.data_root else {"name": "tau"}
     command = [str(Path(sys.executable).with_name("userrl")), "evaluate", "--gyms", "tau",
                "--policy", f"openai:{SERVED_NAME}@{url}", "--max-episodes-per-gym", str(args.tasks),
                "--concurrency", str(args.concurrency), "--out", str(out / "eval"),
@@ -108,7 +112,7 @@ def evaluate_command(url: str, args: argparse.Namespace, out: Path) -> list[str]
                f"evaluation.openai_timeout_s={args.request_timeout}", f"experiment.output_dir={out}",
                "experiment.name=mua_acceptance", f"tracking.mlflow_uri=sqlite:///{out}/mlflow.db",
                "tracking.experiment=mua_acceptance"]
-    if args.data_root:
+    if args.data_root and not args.easy:
         command.append(f"env.data_root={args.data_root}")
     return command
 
@@ -201,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-root", default=str(DEFAULT_DATA_ROOT) if DEFAULT_DATA_ROOT.is_dir() else None,
                         help="UserRL data folder (τ-bench's beside it); default ../shared/userrl-data if present, "
                         "else the builtin retail test tasks")
+    parser.add_argument("--easy", action="store_true",
+                        help="Tau's easy tier (the builtin difficulty-0 test tasks, the tier's four tools) instead")
     parser.add_argument("--out", default=str(ROOT / "runs" / "mua_acceptance"), help="results folder")
     parser.add_argument("--concurrency", type=int, default=4, help="episodes in flight at once")
     parser.add_argument("--max-turns", type=int, default=30, help="counted turns per episode (5.1: 30)")

@@ -149,9 +149,12 @@ def load_leveled_tasks(
     `difficulty` and `split`: each item checked by `validate(raw, where)`, its prompt built by `prompt(record)`."""
     check_builtin_split(gym, split)
     wanted = label_filter(gym, "difficulty levels", difficulty, levels)
-    tasks = []
+    tasks, seen = [], set()
     for raw in read_json_list(path, "tasks"):
         record = validate(raw, str(path))
+        if record["id"] in seen:
+            raise ValueError(f"{path}: duplicate id {record['id']!r}")
+        seen.add(record["id"])
         level, item_split = raw.get("difficulty"), raw.get("split")
         if level not in levels or item_split not in ("train", "test"):
             raise ValueError(f"{path}: item {record['id']!r} needs difficulty {min(levels)}..{max(levels)} "

@@ -25,7 +25,7 @@ from userrl.envs.tau.tasks import resolve_domain_data, validate_task_data
 from userrl.envs.tau.tools import (
     ERROR_PREFIX,
     catalogue_text,
-    domain_tools,
+    offered_tools,
     replay_actions,
     run_tool,
     unknown_action,
@@ -102,21 +102,23 @@ class TauEnv(MultiTurnEnv):
     def _load_task(self, task: Task) -> None:
         data = validate_task_data(task.data, f"tau task {task.item_key!r}")
         domain = resolve_domain_data(data, self.tau_data_root)
-        tools = domain_tools(data["domain"])
+        tools = offered_tools(data["domain"], data["tools"])
         unknown = sorted({a["name"] for a in data["actions"]} - set(tools))
         if unknown:
-            raise ValueError(f"tau task {task.item_key!r}: gold actions use unknown tools {unknown}")
+            raise ValueError(f"tau task {task.item_key!r}: gold actions use tools it does not offer: {unknown}")
         # Build the hash caches now rather than inside the first step (once per process).
         domain.warm()
         self._data: dict[str, Any] = data
         self._domain: DomainData = domain
-        self._tools_info = catalogue_text(data["domain"])
+        self._tools = tools
+        self._tools_info = catalogue_text(data["domain"], data["tools"])
 
     # ------------------------------------------------------------------ native tools
 
     def tool_schemas(self) -> list[dict[str, Any]]:
-        """The domain's τ-bench tools as OpenAI-style function schemas, in upstream's advertised order."""
-        return [tool.schema() for tool in domain_tools(self._data["domain"]).values()]
+        """The task's τ-bench tools (the domain's, or the easy tier's few) as OpenAI-style function schemas, in
+        upstream's advertised order."""
+        return [tool.schema() for tool in self._tools.values()]
 
     def native_prompt(self) -> list[dict[str, str]]:
         """The domain policy as the system message, then the customer's recorded first message.
@@ -179,8 +181,9 @@ class TauEnv(MultiTurnEnv):
         return info
 
     def gold_hash(self) -> str:
-        """Hash of a fresh database after the gold actions (cached per process)."""
-        return self._domain.gold_hash(self._data["actions"], replay_actions)
+        """Hash of a fresh database after the gold actions: the task's own (builtin tasks carry it), else the
+        replay's (cached per process)."""
+        return self._data["gold_hash"] or self._domain.gold_hash(self._data["actions"], replay_actions)
 
     def goal_reached(self) -> bool:
         """Whether the database is at the gold state and every required output has been said."""
@@ -264,7 +267,7 @@ class TauEnv(MultiTurnEnv):
     def _tool_call(self, content: str) -> tuple[str, bool]:
         """Run one tool call: (observation, whether the tool ends the episode)."""
         call = parse_tool_call(content)
-        tool = domain_tools(self._data["domain"]).get(call.name) if call is not None else None
+        tool = self._tools.get(call.name) if call is not None else None
         if call is None or tool is None:
             self.invalid_tool_calls += 1
             self.step_tool_call = {"name": INVALID_TOOL_CALL, "error": True}

@@ -1,8 +1,8 @@
 """Seeded generator of the builtin Tau data; `python -m userrl.envs.tau.generate` rewrites both files.
 
 It writes our own retail database (tau/data/retail_db.json) and our own tasks over it (tau/data/tasks.json).
-Every task's gold actions are replayed before writing: each call must succeed, and a task that changes
-the database must end in a state other than the fresh one.
+Every task's gold actions are replayed before writing: each call must succeed, a task that changes the
+database must end in a state other than the fresh one, and the end state's hash is written with the task.
 """
 
 from __future__ import annotations
@@ -16,19 +16,24 @@ from userrl.envs.tau.database import BUILTIN_RETAIL_DB, DomainData, EpisodeDB
 from userrl.envs.tau.generate_db import generate_database
 from userrl.envs.tau.generate_tasks import generate_task_records
 from userrl.envs.tau.tasks import BUILTIN_TASKS_PATH, DB_BUILTIN
-from userrl.envs.tau.tools import ERROR_PREFIX, domain_tools, replay_actions
+from userrl.envs.tau.tools import ERROR_PREFIX, offered_tools, replay_actions
 
 GENERATOR_SEED = 20250612
 
 
-def validate_records(db: dict[str, dict[str, Any]], records: list[dict[str, Any]]) -> None:
-    """Replay every task's gold actions on a fresh copy; raise on a failing call or a no-op change."""
+def with_gold_hashes(db: dict[str, dict[str, Any]], records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Replay every task's gold actions on a fresh copy and record the end state's hash (`gold_hash`); raise on
+    a failing call, a no-op change or a tool the task does not offer."""
     domain = DomainData("retail", db, "generated retail database", None)
-    tools = domain_tools("retail")
     ids = [r["id"] for r in records]
     if len(set(ids)) != len(ids):
         raise RuntimeError("duplicate builtin tau task ids")
+    hashed = []
     for record in records:
+        tools = offered_tools("retail", tuple(record["tools"]) if record.get("tools") else None)
+        unoffered = sorted({a["name"] for a in record["actions"]} - set(tools))
+        if unoffered:
+            raise RuntimeError(f"task {record['id']}: gold actions use tools it does not offer: {unoffered}")
         episode = EpisodeDB(domain)
         observations = replay_actions(episode, record["actions"])
         failed = [o for o in observations if o.startswith(ERROR_PREFIX)]
@@ -37,14 +42,15 @@ def validate_records(db: dict[str, dict[str, Any]], records: list[dict[str, Any]
         writes = any(tools[a["name"]].writes for a in record["actions"])
         if writes and episode.state_hash() == domain.fresh_hash():
             raise RuntimeError(f"task {record['id']}: the gold actions do not change the database")
+        hashed.append({**record, "gold_hash": episode.state_hash()})
+    return hashed
 
 
 def generate(seed: int = GENERATOR_SEED) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
     """The builtin database and its validated tasks (each task with domain/database fields)."""
     db = generate_database(seed)
     records = [{**r, "domain": "retail", "database": DB_BUILTIN} for r in generate_task_records(db, seed)]
-    validate_records(db, records)
-    return db, records
+    return db, with_gold_hashes(db, records)
 
 
 def render_database(db: dict[str, dict[str, Any]]) -> str:

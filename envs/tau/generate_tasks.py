@@ -75,6 +75,12 @@ KIND_COUNTS = {
     "combo": 6,
 }
 TEST_FRACTION = 0.2
+#: The easy tier (difficulty 0) for small models: the customer identifies by e-mail (one look-up), then one
+#: change (a cancellation after reading the order, or the account's address), and only the tier's tools are
+#: offered, which halves a native-tools prompt (SmolLM2: about 3,000 tokens with all 16 tools).
+EASY_KIND_COUNTS = {"cancel": 48, "user_address": 32}
+EASY_TOOLS = ("find_user_id_by_email", "get_order_details", "cancel_pending_order", "modify_user_address")
+EASY_TEST_FRACTION = 0.25
 
 
 def amount_text(value: float) -> str:
@@ -398,18 +404,55 @@ class TaskFactory:
         return None
 
 
-def generate_task_records(db: dict[str, dict[str, Any]], seed: int) -> list[dict[str, Any]]:
-    """All builtin tasks with ids tau-retail-<kind>-<nn> and a deterministic per-kind train/test split."""
-    factory = TaskFactory(db, random.Random(f"{seed}-tasks"))
+class EasyTaskFactory(TaskFactory):
+    """The easy tier's tasks: identity by e-mail, at most two look-ups, one change, no facts to report."""
+
+    def _identity(self, user_id: str) -> tuple[str, dict[str, Any]]:
+        email = self.db["users"][user_id]["email"]
+        return f"Your email is {email}.", {"name": "find_user_id_by_email", "kwargs": {"email": email}}
+
+    def cancel(self) -> dict[str, Any] | None:
+        oid = self._pick(self._orders("pending", "cancel"), "cancel")
+        if oid is None:
+            return None
+        reason = self.rnd.choice(list(CANCEL_REASONS))
+        actions = [
+            {"name": "get_order_details", "kwargs": {"order_id": oid}},
+            {"name": "cancel_pending_order", "kwargs": {"order_id": oid, "reason": reason}},
+        ]
+        sentences = [f"You want to cancel order {oid} because {CANCEL_REASONS[reason]}."]
+        return self._task("cancel", self.db["orders"][oid]["user_id"], sentences, actions, [])
+
+    def user_address(self) -> dict[str, Any] | None:
+        task = super().user_address()
+        if task is not None:  # the user id comes from the e-mail look-up: no second look-up is needed
+            task["actions"] = [a for a in task["actions"] if a["name"] != "get_user_details"]
+        return task
+
+
+def _tier_records(factory: TaskFactory, counts: dict[str, int], test_fraction: float, prefix: str,
+                  extra: dict[str, Any]) -> list[dict[str, Any]]:
+    """One tier's tasks, kind by kind, ids <prefix>-<kind>-<nn>, with a deterministic per-kind split."""
     records = []
-    for kind, count in KIND_COUNTS.items():
+    for kind, count in counts.items():
         make = getattr(factory, "return_" if kind == "return" else kind)
         made = [make() for _ in range(count)]
         if any(task is None for task in made):
             raise RuntimeError(f"the builtin database has too few candidates for {count} {kind!r} tasks")
-        test = set(factory.rnd.sample(range(count), max(1, round(count * TEST_FRACTION))))
+        test = set(factory.rnd.sample(range(count), max(1, round(count * test_fraction))))
         for index, task in enumerate(made):
-            task_id = f"tau-retail-{kind.replace('_', '-')}-{index:02d}"
             split = "test" if index in test else "train"
-            records.append({"id": task_id, "split": split, **task})
+            records.append({"id": f"{prefix}-{kind.replace('_', '-')}-{index:02d}", "split": split, **extra, **task})
     return records
+
+
+def generate_task_records(db: dict[str, dict[str, Any]], seed: int) -> list[dict[str, Any]]:
+    """All builtin tasks: the full set (difficulty 1, ids tau-retail-<kind>-<nn>), then the easy tier
+    (difficulty 0, ids tau-retail-easy-<kind>-<nn>, its tools named), each from a random generator of its own."""
+    factory = TaskFactory(db, random.Random(f"{seed}-tasks"))
+    full = _tier_records(factory, KIND_COUNTS, TEST_FRACTION, "tau-retail", {"difficulty": 1})
+    easy_factory = EasyTaskFactory(db, random.Random(f"{seed}-easy"))
+    easy_factory.used = set(factory.used)  # no order or account of the full set again: no request twice
+    easy = _tier_records(easy_factory, EASY_KIND_COUNTS, EASY_TEST_FRACTION, "tau-retail-easy",
+                         {"difficulty": 0, "tools": list(EASY_TOOLS)})
+    return full + easy

@@ -39,7 +39,7 @@ from userrl.envs.tau.customer import (
 )
 from userrl.envs.tau.database import EpisodeDB
 from userrl.envs.tau.tasks import resolve_domain_data
-from userrl.envs.tau.tools import domain_tools, run_tool
+from userrl.envs.tau.tools import offered_tools, run_tool
 
 #: Open messages that let the customer go on; none holds a word the scripted customer reacts to.
 GO_ON_MESSAGES: tuple[str, ...] = (
@@ -161,7 +161,7 @@ class TauSolver(NativeToolsSolver):
         self.rng = rng
         self.max_steps = max_steps
         self.domain = data["domain"]
-        self.tools = domain_tools(self.domain)
+        self.tools = offered_tools(self.domain, data.get("tools"))  # never a tool the agent was not offered
         self.outputs = [str(o) for o in data["outputs"]]
         actions = [a for a in data["actions"] if a["name"] not in ("think",)]
         self._transfer = next((a for a in actions if self.tools[a["name"]].terminal), None)

@@ -14,8 +14,8 @@ from userrl.envs.loading import (
     create_kwargs,
     index_by_id,
     item_id_of,
+    load_leveled_tasks,
     read_json_array,
-    read_split_items,
     read_userrl_rows,
     source_loader,
     system_user_prompt,
@@ -56,6 +56,9 @@ TAU_USER_TEMPLATE = (
 )
 
 BUILTIN_TASKS_PATH = Path(__file__).resolve().parent / "data" / "tasks.json"
+#: Difficulty levels of the builtin tasks: 0 the easy tier (one or two look-ups and one change, with only the
+#: tier's few tools offered, so that a small model's prompt stays short), 1 the full set (every retail tool).
+LEVELS = (0, 1)
 USERRL_TAU_JSON = {
     "train": Path("gyms/TauGym/taugym/data/tau_train.json"),
     "test": Path("gyms/TauGym/taugym/data/tau_test.json"),
@@ -83,7 +86,8 @@ def _check(condition: bool, where: str, item_id: Any, what: str) -> None:
 
 
 def validate_task_data(data: Any, where: str) -> dict[str, Any]:
-    """Check a Task.data payload (id, domain, database, user_id, obs, instruction, actions, outputs)."""
+    """Check a Task.data payload (id, domain, database, user_id, obs, instruction, actions, outputs; optionally
+    the tools offered and the gold end state's hash)."""
     if not isinstance(data, Mapping):
         raise ValueError(f"{where}: task data must be an object, got {type(data).__name__}")
     item_id = data.get("id")
@@ -112,6 +116,11 @@ def validate_task_data(data: Any, where: str) -> dict[str, Any]:
     )
     root = data.get("tau_data_root")
     _check(root is None or isinstance(root, str), where, item_id, "has a non-string 'tau_data_root'")
+    tools = data.get("tools")
+    _check(tools is None or (isinstance(tools, list | tuple) and all(isinstance(t, str) for t in tools)),
+           where, item_id, "needs 'tools' as a list of tool names (or none: every tool of the domain)")
+    gold_hash = data.get("gold_hash")
+    _check(gold_hash is None or isinstance(gold_hash, str), where, item_id, "has a non-string 'gold_hash'")
     return {
         "id": item_id,
         "domain": data["domain"],
@@ -122,6 +131,8 @@ def validate_task_data(data: Any, where: str) -> dict[str, Any]:
         "instruction": data["instruction"],
         "actions": [{"name": a["name"], "kwargs": dict(a.get("kwargs") or {})} for a in actions],
         "outputs": list(outputs),
+        "tools": None if tools is None else tuple(tools),
+        "gold_hash": gold_hash,
     }
 
 
@@ -147,20 +158,19 @@ def _check_domain(domain: str | None) -> None:
 
 
 def load_builtin_tasks(
-    split: str = "train", domain: str | None = None, path: str | Path | None = None
+    split: str = "train",
+    domain: str | None = None,
+    path: str | Path | None = None,
+    difficulty: int | list[int] | None = None,
 ) -> list[Task]:
-    """Our own generated retail tasks (tau/data/tasks.json) of one split."""
+    """Our own generated retail tasks (tau/data/tasks.json) of one split, optionally of some levels (`LEVELS`)."""
     _check_domain(domain)
     check_builtin_split(GYM, split)
     if domain not in (None, "retail"):
         return []  # the builtin set is retail only
     path = Path(path) if path is not None else BUILTIN_TASKS_PATH
-    tasks = []
-    for item in read_split_items(path, "tasks", validate_task_data):
-        if item["split"] == split:
-            data = {k: v for k, v in item.items() if k != "split"}
-            tasks.append(Task(GYM, data["id"], builtin_prompt(data["obs"]), data, split=split, source="builtin"))
-    return tasks
+    return load_leveled_tasks(GYM, path, split, difficulty, LEVELS, validate_task_data,
+                              lambda data: builtin_prompt(data["obs"]))
 
 
 # ---------------------------------------------------------------------- the original UserRL tasks
@@ -245,7 +255,7 @@ def load_userrl_tasks(
 #: load_tau_tasks(split, source, data_root, domain=None, tau_data_root=None, strict=False): the registry's
 #: loader of Tau tasks (tau_data_root and strict apply to the original data only).
 load_tau_tasks = source_loader(
-    GYM, load_builtin_tasks, load_userrl_tasks, userrl_only=("tau_data_root", "strict")
+    GYM, load_builtin_tasks, load_userrl_tasks, builtin_only=("difficulty",), userrl_only=("tau_data_root", "strict")
 )
 
 
@@ -254,6 +264,7 @@ __all__ = [
     "BUILTIN_TASKS_PATH",
     "DB_BUILTIN",
     "DB_TAU_BENCH",
+    "LEVELS",
     "TAU_SYSTEM_PROMPT",
     "TAU_USER_TEMPLATE",
     "builtin_prompt",

@@ -490,3 +490,32 @@ def test_sft_with_native_tools_needs_a_solver_that_plays_them(monkeypatch, token
     assert load_config(None, [*native, "sft.source=file", "sft.path=demos.jsonl"]).sft.source == "file"
     with pytest.raises(ValueError, match=r"sft.enabled=true with env.protocol=native_tools: the tau gym's solver"):
         solver_demonstrations([TASK], ChatFormat(tokenizer, "native_tools"), episodes=1)
+
+
+# ---------------------------------------------------------------- the easy tier (difficulty 0)
+
+
+@pytest.mark.parametrize("change", ["cancel_pending_order", "modify_user_address"])
+def test_easy_tier_offers_its_few_tools_and_the_solver_plays_it_natively(tokenizer, change):
+    """An easy task's prompt names only the tier's four tools (about half the tokens of all sixteen), a call
+    to any other tool is refused as unknown, and the solver's native episode reaches reward 1 with them."""
+    from userrl.envs.tau.generate_tasks import EASY_TOOLS
+
+    task = next(t for t in load_tasks("tau", "test", difficulty=[0]) if t.data["actions"][-1]["name"] == change)
+    full = next(t for t in load_tasks("tau", "test", difficulty=[1]) if t.data["actions"][-1]["name"] == change)
+    chat = ChatFormat(tokenizer, "native_tools")
+    (system, _), tools = chat.episode_opening(task, native_env(task))
+    assert [t["function"]["name"] for t in tools] == [n for n in domain_tools("retail") if n in EASY_TOOLS]
+    assert "get_user_details" not in system["content"] and '"name": "modify_user_address"' in system["content"]
+
+    def prompt_tokens(t: Task) -> int:
+        return play(chat, Scripted(chat, [""]), task=t).prompt_len
+
+    easy_tokens, full_tokens = prompt_tokens(task), prompt_tokens(full)
+    assert easy_tokens < 1500 < 2500 < full_tokens, (easy_tokens, full_tokens)
+
+    refused = play(chat, Scripted(chat, [call("get_user_details", user_id=task.data["user_id"]), ""]), task=task)
+    assert refused.turns[0].tool_error and refused.episode_return == 0.0
+    traj = play(chat, Scripted(chat, task=task), task=task)
+    assert traj.episode_return == 1.0
+    assert_token_exact(tokenizer, traj, tools if chat.template_tools else None)

@@ -350,3 +350,50 @@ def test_userrl_loader_errors(tmp_path: Path) -> None:
     (root / "gyms/TauGym/taugym/data/tau_test.json").write_text("[{oops", encoding="utf-8")
     with pytest.raises(ValueError, match=r"tau_test\.json: not valid JSON"):
         load_tau_tasks("train", "userrl", root)
+
+
+# ---------------------------------------------------------------- gold hashes and the easy tier
+
+
+def test_every_builtin_task_replays_to_its_gold_hash() -> None:
+    """Each shipped task carries its gold end state's hash: replaying its gold actions on a fresh copy of the
+    database reaches it (the reference hash procedure, not the cached fast path), and tasks differ in it."""
+    from userrl.envs.tau.hashing import state_hash
+
+    tasks = shipped_tasks()
+    for task in tasks:
+        db = EpisodeDB(builtin_domain())
+        replay_actions(db, task["actions"])
+        assert db.state_hash() == task["gold_hash"], task["id"]
+    for task in tasks[:: len(tasks) // 4]:  # the fast path against the reference procedure on a few
+        db = EpisodeDB(builtin_domain())
+        replay_actions(db, task["actions"])
+        assert state_hash(db.to_dict()) == task["gold_hash"], task["id"]
+    assert len({t["gold_hash"] for t in tasks if t["kind"] != "info"}) == sum(t["kind"] != "info" for t in tasks)
+
+
+def test_easy_tier_is_one_or_two_look_ups_and_one_change_with_its_tools_named() -> None:
+    from userrl.envs.tau.generate_tasks import EASY_TOOLS
+
+    tools = domain_tools("retail")
+    easy = [t for t in shipped_tasks() if t["difficulty"] == 0]
+    splits = Counter(t["split"] for t in easy)
+    assert splits["test"] >= 20 and splits["train"] >= 48
+    assert {t["kind"] for t in easy if t["split"] == "test"} == {t["kind"] for t in easy} == {"cancel", "user_address"}
+    for task in easy:
+        assert task["id"].startswith("tau-retail-easy-") and task["domain"] == "retail", task["id"]
+        assert task["tools"] == list(EASY_TOOLS) and {a["name"] for a in task["actions"]} <= set(EASY_TOOLS)
+        reads = [a for a in task["actions"] if not tools[a["name"]].writes]
+        assert 1 <= len(reads) <= 2 and len(task["actions"]) - len(reads) == 1, task["id"]
+        assert task["actions"][0]["name"] == "find_user_id_by_email" and not task["outputs"]
+    full = [t for t in shipped_tasks() if t["difficulty"] == 1]
+    assert len(full) == 80 and all("tools" not in t for t in full)  # every retail tool, as before the tier
+
+
+def test_loader_keeps_the_levels_asked_for() -> None:
+    easy, full = load_tau_tasks("train", difficulty=[0]), load_tau_tasks("train", difficulty=1)
+    assert {t.difficulty for t in easy} == {0} and {t.difficulty for t in full} == {1}
+    assert len(easy) + len(full) == len(load_tau_tasks("train"))
+    assert all(t.data["tools"] for t in easy) and not any(t.data["tools"] for t in full)
+    with pytest.raises(ValueError, match="unknown tau difficulty levels"):
+        load_tau_tasks("train", difficulty=[2])

@@ -392,7 +392,7 @@ def test_configuration_errors() -> None:
     ("overrides", "match"),
     [
         ({"domain": "telecom"}, "domain"),
-        ({"actions": [{"name": "fly", "kwargs": {}}]}, "unknown tools"),
+        ({"actions": [{"name": "fly", "kwargs": {}}]}, "tools it does not offer"),
         ({"actions": [{"kwargs": {}}]}, "malformed action"),
         ({"outputs": [1]}, "outputs"),
         ({"instruction": None}, "instruction"),

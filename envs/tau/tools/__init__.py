@@ -17,6 +17,7 @@ __all__ = [
     "Tool",
     "catalogue_text",
     "domain_tools",
+    "offered_tools",
     "replay_actions",
     "run_tool",
     "unknown_action",
@@ -33,6 +34,17 @@ def domain_tools(domain: str) -> Mapping[str, Tool]:
     else:
         raise ValueError(f"unknown τ domain {domain!r}; known: retail, airline")
     return {tool.name: tool for tool in tools}
+
+
+def offered_tools(domain: str, names: tuple[str, ...] | None = None) -> Mapping[str, Tool]:
+    """The tools a task offers: the domain's, or the subset it names (the easy tier's), in advertised order."""
+    tools = domain_tools(domain)
+    if names is None:
+        return tools
+    unknown = sorted(set(names) - set(tools))
+    if unknown:
+        raise ValueError(f"tools {unknown} are not {domain} tools; known: {', '.join(tools)}")
+    return {name: tool for name, tool in tools.items() if name in names}
 
 
 def unknown_action(name: Any) -> str:
@@ -66,10 +78,10 @@ def replay_actions(db: EpisodeDB, actions: list[Mapping[str, Any]]) -> list[str]
 
 
 @cache
-def catalogue_text(domain: str) -> str:
-    """The tool list shown by `search tools`: one block per tool with its parameters."""
+def catalogue_text(domain: str, names: tuple[str, ...] | None = None) -> str:
+    """The tool list shown by `search tools` (of the tools a task offers): one block per tool with its parameters."""
     lines = ["Available Tools:"]
-    for tool in domain_tools(domain).values():
+    for tool in offered_tools(domain, names).values():
         lines.append(f"- {tool.name}: {tool.description}")
         if tool.params:
             lines.append("  Parameters:")
