@@ -62,7 +62,7 @@ OPENINGS = {
         "Hello, I have two things to sort out with my orders.",
     ),
 }
-#: Tasks per kind (80 in all).
+#: Tasks per kind of the full set, difficulty 1 (80 in all).
 KIND_COUNTS = {
     "cancel": 12,
     "order_address": 8,
