@@ -181,9 +181,14 @@ class TauEnv(MultiTurnEnv):
         return info
 
     def gold_hash(self) -> str:
-        """Hash of a fresh database after the gold actions: the task's own (builtin tasks carry it), else the
-        replay's (cached per process)."""
-        return self._data["gold_hash"] or self._domain.gold_hash(self._data["actions"], replay_actions)
+        """Hash of a fresh database after the gold actions (cached per process); a task that carries its own
+        (`gold_hash`, as the builtin tasks do) must agree with it."""
+        replayed = self._domain.gold_hash(self._data["actions"], replay_actions)
+        if self._data["gold_hash"] not in (None, replayed):
+            raise ValueError(f"tau task {self._data['id']!r}: its gold_hash is not the state its gold actions reach "
+                             "on this database (a task file out of step with its database: regenerate both with "
+                             "`python -m userrl.envs.tau.generate`)")
+        return replayed
 
     def goal_reached(self) -> bool:
         """Whether the database is at the gold state and every required output has been said."""

@@ -407,3 +407,10 @@ def test_bad_task_data_is_refused(overrides: dict[str, Any], match: str) -> None
 def test_missing_tau_bench_folder_is_reported(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="tau_data_root must point at the τ-bench data folder"):
         TauEnv(make_task(database="tau-bench", tau_data_root=str(tmp_path)))
+
+
+def test_a_task_whose_gold_hash_its_actions_do_not_reach_is_refused_at_scoring() -> None:
+    assert started(make_task()).gold_hash() == BASE.data["gold_hash"]  # the shipped hash, checked
+    env = started(make_task(gold_hash="0" * 64))
+    with pytest.raises(ValueError, match="gold_hash is not the state its gold actions reach"):
+        env.goal_reached()
