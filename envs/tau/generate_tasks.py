@@ -114,6 +114,9 @@ def method_text(method: dict[str, Any]) -> str:
 class TaskFactory:
     """Builds tasks of each kind from the database; one random generator, used in a fixed order."""
 
+    #: How often a cancellation also asks for the refund (a fact the agent must read and say).
+    refund_question: float = 0.4
+
     def __init__(self, db: dict[str, dict[str, Any]], rnd: random.Random):
         self.db = db
         self.rnd = rnd
@@ -198,7 +201,7 @@ class TaskFactory:
         reason = self.rnd.choice(list(CANCEL_REASONS))
         sentences = [f"You want to cancel order {oid} because {CANCEL_REASONS[reason]}."]
         outputs = []
-        if self.rnd.random() < 0.4:
+        if self.refund_question and self.rnd.random() < self.refund_question:
             sentences.append("You also want to know how much money will be refunded.")
             outputs = [amount_text(order["payment_history"][0]["amount"])]
         actions = [
@@ -407,21 +410,11 @@ class TaskFactory:
 class EasyTaskFactory(TaskFactory):
     """The easy tier's tasks: identity by e-mail, at most two look-ups, one change, no facts to report."""
 
+    refund_question = 0.0
+
     def _identity(self, user_id: str) -> tuple[str, dict[str, Any]]:
         email = self.db["users"][user_id]["email"]
         return f"Your email is {email}.", {"name": "find_user_id_by_email", "kwargs": {"email": email}}
-
-    def cancel(self) -> dict[str, Any] | None:
-        oid = self._pick(self._orders("pending", "cancel"), "cancel")
-        if oid is None:
-            return None
-        reason = self.rnd.choice(list(CANCEL_REASONS))
-        actions = [
-            {"name": "get_order_details", "kwargs": {"order_id": oid}},
-            {"name": "cancel_pending_order", "kwargs": {"order_id": oid, "reason": reason}},
-        ]
-        sentences = [f"You want to cancel order {oid} because {CANCEL_REASONS[reason]}."]
-        return self._task("cancel", self.db["orders"][oid]["user_id"], sentences, actions, [])
 
     def user_address(self) -> dict[str, Any] | None:
         task = super().user_address()
