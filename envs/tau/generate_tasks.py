@@ -77,7 +77,7 @@ KIND_COUNTS = {
 TEST_FRACTION = 0.2
 #: The easy tier (difficulty 0) for small models: the customer identifies by e-mail (one look-up), then one
 #: change (a cancellation after reading the order, or the account's address), and only the tier's tools are
-#: offered, which halves a native-tools prompt (SmolLM2: about 3,000 tokens with all 16 tools).
+#: offered, which cuts a native-tools prompt to a third (SmolLM2: about 1,000 tokens against 3,000 with all 16).
 EASY_KIND_COUNTS = {"cancel": 48, "user_address": 32}
 EASY_TOOLS = ("find_user_id_by_email", "get_order_details", "cancel_pending_order", "modify_user_address")
 EASY_TEST_FRACTION = 0.25
