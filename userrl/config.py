@@ -866,7 +866,32 @@ def read_yaml_mapping(path: str | Path, what: str = "config file", hint: str = "
     return data
 
 
+def read_config_data(path: str | Path, what: str = "config file", _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A config file as a nested dict. A file may start from another (`base: FILE`, relative to it): the base's
+    settings, with each key the file sets in place of the base's (`experiments/learn/*.yaml`)."""
+    path = Path(path)
+    data = read_yaml_mapping(path, what)
+    base = data.pop("base", None)
+    if base is None:
+        return data
+    if not isinstance(base, str):
+        raise ConfigError(f"{what} {path}: base names the config file it starts from, relative to it; got {base!r}")
+    seen = (*_seen, path.resolve())
+    if (path.parent / base).resolve() in seen:
+        raise ConfigError(f"{what} {path}: base {base!r} is a file this config already starts from (a loop of bases)")
+    merged = read_config_data(path.parent / base, f"base of {path}", seen)
+    for dotted, value in flatten(data).items():
+        node = merged
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"{what} {path}: {dotted}: '{part}' is not a section in its base")
+        node[leaf] = value
+    return merged
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> UserRLConfig:
-    """Read a YAML file (optional), apply dotted overrides and validate."""
-    data = read_yaml_mapping(path) if path is not None else {}
+    """Read a YAML file (optional; `base:` resolved), apply dotted overrides and validate."""
+    data = read_config_data(path) if path is not None else {}
     return parse_config(apply_overrides(data, list(overrides or [])))

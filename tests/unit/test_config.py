@@ -70,8 +70,28 @@ def test_missing_file_is_a_clear_error(tmp_path):
 
 
 def test_shipped_configs_validate():
-    for path in EXPERIMENTS.glob("*.yaml"):
+    for path in [*EXPERIMENTS.glob("*.yaml"), *EXPERIMENTS.glob("learn/*.yaml")]:
         load_config(path)
+
+
+def test_a_config_starts_from_its_base(tmp_path):
+    (tmp_path / "common.yaml").write_text("training: {lr: 2.0e-5, batch_size: 8}\n"
+                                          "env: {gyms: [{name: function}, {name: telepathy}], max_turns: 4}\n")
+    (tmp_path / "one.yaml").write_text("base: common.yaml\ntraining: {lr: 1.0e-6}\nenv: {gyms: [{name: telepathy}]}\n")
+    config = load_config(tmp_path / "one.yaml", ["training.batch_size=2"])
+    # the file's keys in place of the base's (a list whole), the base's other keys kept, overrides last
+    assert (config.training.lr, config.training.batch_size, config.env.max_turns) == (1e-6, 2, 4)
+    assert [g.name for g in config.env.gyms] == ["telepathy"]
+    (tmp_path / "loop.yaml").write_text("base: loop2.yaml\n")
+    (tmp_path / "loop2.yaml").write_text("base: loop.yaml\n")
+    with pytest.raises(ConfigError, match=r"loop2.yaml: base 'loop.yaml' is a file this config already starts from"):
+        load_config(tmp_path / "loop.yaml")
+    (tmp_path / "missing.yaml").write_text("base: nope.yaml\n")
+    with pytest.raises(ConfigError, match=r"base of .*missing.yaml .*nope.yaml does not exist"):
+        load_config(tmp_path / "missing.yaml")
+    (tmp_path / "shape.yaml").write_text("base: common.yaml\ntraining: {lr: {x: 1}}\n")  # lr is no section
+    with pytest.raises(ConfigError, match=r"training.lr.x: 'lr' is not a section in its base"):
+        load_config(tmp_path / "shape.yaml")
 
 
 def test_the_mua_config_follows_mua_rls_training_settings():

@@ -21,7 +21,7 @@ from userrl.commands.sweep import (
     trial_label,
     trial_status,
 )
-from userrl.config import ConfigError
+from userrl.config import ConfigError, parse_config
 
 REPO = Path(__file__).resolve().parents[2]
 QUICKSTART = str(REPO / "experiments" / "quickstart.yaml")
@@ -90,6 +90,46 @@ def test_shipped_credit_assignment_sweep():
     assert sweep.spec.name == "credit_assignment" and sweep.config.sft.enabled
     # driver 0.2 + one replica 0.5 + two env runners 0.1 each + the quickstart's local learner, 2 CPUs
     assert trial_cpus(sweep.config) == pytest.approx(2.9)
+
+
+def test_shipped_learning_matrix_is_every_gym_recipe():
+    sweep = load_sweep(REPO / "experiments" / "sweeps" / "learning_matrix.yaml", ["training.iterations=2"])
+    points = grid_points(sweep.spec.grid)
+    recipes = sorted(p.stem for p in (REPO / "experiments" / "learn").glob("*.yaml") if p.stem != "common")
+    assert sorted(trial_label(p).removeprefix("gym=") for p in points) == recipes
+    assert len(recipes) == 10  # the ten gyms, each trained alone
+    for point in points:
+        config = parse_config(trial_data(sweep.base, point))
+        assert [g.name for g in config.env.gyms] == [trial_label(point).removeprefix("gym=")]
+        assert config.training.iterations == 2  # the sweep's overrides win over a recipe, as over a base
+        assert config.sft.enabled and config.evaluation.interval and config.tracking.experiment == "learn"
+        assert trial_cpus(config) == pytest.approx(2.9)  # one local learner, as the quickstart
+
+
+def test_a_variant_may_be_a_recipe_file_and_carry_a_label(tmp_path):
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "slow.yaml").write_text(f"base: {QUICKSTART}\ntraining: {{lr: 1.0e-6}}\n")
+    path = _write(tmp_path, {"arm": ["recipes/slow.yaml", {"label": "fast", "training.lr": 1e-4}],
+                             "training.batch_size": [2]})
+    sweep = load_sweep(path, ["training.iterations=1"])
+    points = grid_points(sweep.spec.grid)
+    assert [trial_label(p) for p in points] == ["arm=slow,batch_size=2", "arm=fast,batch_size=2"]
+    slow, fast = (parse_config(trial_data(sweep.base, p)) for p in points)
+    assert (slow.training.lr, slow.training.iterations, slow.training.batch_size) == (1e-6, 1, 2)
+    assert (fast.training.lr, fast.training.iterations) == (1e-4, 1)
+    assert ("label", "fast") not in assignments(points[1])  # a label names the trial, it sets nothing
+    with pytest.raises(ConfigError, match=r"grid.arm: variant 1 names the recipe 'nope.yaml', which does not "
+                                          r"exist \(looked at .*nope.yaml\)"):
+        load_sweep(_write(tmp_path, {"arm": ["nope.yaml"]}))
+    # another axis wins over a recipe's key, as over a base's; a variant written out may not set it
+    crossed = load_sweep(_write(tmp_path, {"arm": ["recipes/slow.yaml"], "training.lr": [1e-5]}))
+    (point,) = grid_points(crossed.spec.grid)
+    assert parse_config(trial_data(crossed.base, point)).training.lr == 1e-5
+    assert assignments(point, recipes=False) == [("training.lr", 1e-5)]
+    with pytest.raises(ConfigError, match=r"grid.training.lr: sets training.lr, which grid.arm sets too"):
+        load_sweep(_write(tmp_path, {"arm": [{"training.lr": 1e-4}], "training.lr": [1e-5]}))
+    with pytest.raises(ConfigError, match=r"grid.arm: variant 1's label names its trial: give a string"):
+        load_sweep(_write(tmp_path, {"arm": [{"label": 3, "training.lr": 1e-4}]}))
 
 
 def test_a_local_ray_and_a_sweep_trial_count_the_same_actors():

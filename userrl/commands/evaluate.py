@@ -29,7 +29,7 @@ from rich.table import Table
 from userrl.actors.env_runner import EpisodeSpec
 from userrl.checkpoint import Checkpoint, write_atomic
 from userrl.commands.eval_metrics import EPISODE_SCHEMA, TRAVEL, flat_metrics, summarize
-from userrl.config import GymSpec, UserRLConfig, apply_overrides, parse_config, read_yaml_mapping
+from userrl.config import GymSpec, UserRLConfig, apply_overrides, parse_config, read_config_data
 from userrl.envs import GYMS, Task, load_tasks
 from userrl.mua_metrics import LABELS
 from userrl.progress import progress_bars
@@ -472,7 +472,7 @@ def evaluation_config(path: str | None, overrides: list[str], gyms: str | None) 
     """The config, with `--gyms` (a comma list) as its env.gyms before it is checked, so that it is checked
     against the gyms evaluated (`--gyms tau env.protocol=native_tools` with the default gyms, which have no
     tools); a gym the config names keeps its settings there. `--gyms all` leaves env.gyms as it is."""
-    data = apply_overrides(read_yaml_mapping(path) if path is not None else {}, overrides)
+    data = apply_overrides(read_config_data(path) if path is not None else {}, overrides)
     names = [name.strip() for name in (gyms or "").split(",") if name.strip()]
     if names and gyms is not None and gyms.strip() != "all":
         env = data.setdefault("env", {})

@@ -8,12 +8,15 @@ checkpoints; a trial restarted by `--resume` continues from the latest one.
 
 The grid is a product of axes. An ordinary axis is a dotted config key with its values. A key without a
 dot is a *variant axis*: each value is a mapping of dotted keys applied together, for combinations that
-are no product (e.g. critic settings only with the estimators that have a critic):
+are no product (e.g. critic settings only with the estimators that have a critic). A variant may name itself
+(`label`, its trial's name instead of its keys), and a variant may be a config file (a *recipe*, relative to the
+sweep file): every key the file sets, labelled with the file's name, so a matrix of whole configs is one sweep
+(`experiments/sweeps/learning_matrix.yaml`):
 
     grid:
       estimator:
         - {training.adv_estimator: grpo_multiturn, training.turn_credit: r2g}
-        - {training.adv_estimator: gae, critic.mask_obs: false}
+        - {label: gae-unmasked, training.adv_estimator: gae, critic.mask_obs: false}
       training.lr: [1.0e-5, 2.0e-5]      # 2 variants x 2 values = 4 trials
 """
 
@@ -38,12 +41,16 @@ from userrl.config import (
     ConfigError,
     UserRLConfig,
     apply_overrides,
+    flatten,
     parse_config,
+    read_config_data,
     read_yaml_mapping,
     section_models,
 )
 
 RUN_ID_FILE = "mlflow_run_id"
+LABEL = "label"  # a variant's own name (a key of a variant that is no dotted config key)
+RECIPE = "recipe"  # the file a recipe variant was read from (set by resolve_recipes, not by a sweep file)
 _DRIVER_CPU = 0.2  # the trial actor itself mostly waits on queues (Tune refuses 0 CPU)
 
 
@@ -82,7 +89,8 @@ class SweepSpec(BaseModel):
     grid: dict[str, list[Any]] = Field(
         description="Dotted config key -> values; every combination is a trial. A key without a dot is a variant "
         "axis: its values are mappings of dotted keys, each applied together (e.g. estimator: "
-        "[{training.adv_estimator: gae, critic.mask_obs: false}, ...]).")
+        "[{training.adv_estimator: gae, critic.mask_obs: false}, ...]); a variant may carry a `label` (its trial's "
+        "name) or be a config file (.yaml) relative to the sweep file (a recipe: every key it sets).")
     tune: TuneSettings = Field(default_factory=TuneSettings)
     storage_path: str | None = Field(None, description="Tune results folder; null = <output_dir>/sweeps.")
 
@@ -105,7 +113,9 @@ class SweepSpec(BaseModel):
             if is_variant_axis(key):
                 for i, variant in enumerate(values, start=1):
                     _check_variant(key, i, variant)
-            for dotted in dict.fromkeys(k for v in values for k in v) if is_variant_axis(key) else [key]:
+            # A recipe sets every key, as a base does, and the other axes win over it as over a base.
+            explicit = [v for v in values if RECIPE not in v] if is_variant_axis(key) else []
+            for dotted in dict.fromkeys(k for v in explicit for k in v if k != LABEL) if is_variant_axis(key) else [key]:
                 if owner.setdefault(dotted, key) != key:
                     raise ValueError(f"grid.{key}: sets {dotted}, which grid.{owner[dotted]} sets too; "
                                      "set each config key on one axis only")
@@ -116,10 +126,40 @@ def _check_variant(axis: str, i: int, variant: Any) -> None:
     if not isinstance(variant, dict) or not variant:
         raise ValueError(f"grid.{axis}: a grid key without a dot is a variant axis, whose values are mappings of "
                          "dotted config keys set together (e.g. {training.adv_estimator: gae, critic.mask_obs: "
-                         f"false}}); value {i} is {variant!r}{_did_you_mean(axis)}")
+                         f"false}}) or config files (recipes, .yaml); value {i} is {variant!r}{_did_you_mean(axis)}")
+    if not isinstance(variant.get(LABEL, ""), str):
+        raise ValueError(f"grid.{axis}: variant {i}'s {LABEL} names its trial: give a string")
     for key in variant:
-        if not isinstance(key, str) or "." not in key:
+        if key not in (LABEL, RECIPE) and (not isinstance(key, str) or "." not in key):
             raise ValueError(f"grid.{axis}: variant {i} sets {key!r}, not a dotted config key{_did_you_mean(key)}")
+
+
+def resolve_recipes(grid: Any, folder: Path, overrides: list[str]) -> Any:
+    """The grid with each variant given as a YAML file (a recipe, relative to `folder`) replaced by the dotted keys
+    that file sets, then the sweep's `overrides` (which win over a recipe as over a base), labelled with the
+    file's name (a grid that is no mapping is left to SweepSpec to refuse)."""
+    if not isinstance(grid, dict):
+        return grid
+    resolved = {}
+    for axis, values in grid.items():
+        if is_variant_axis(axis) and isinstance(values, list):
+            values = [_recipe(axis, i, value, folder, overrides) if _is_recipe(value) else value
+                      for i, value in enumerate(values, start=1)]
+        resolved[axis] = values
+    return resolved
+
+
+def _is_recipe(value: Any) -> bool:
+    return isinstance(value, str) and value.endswith((".yaml", ".yml"))
+
+
+def _recipe(axis: str, i: int, name: str, folder: Path, overrides: list[str]) -> dict[str, Any]:
+    path = folder / name
+    if not path.is_file():
+        raise ConfigError(f"grid.{axis}: variant {i} names the recipe {name!r}, which does not exist (looked at "
+                          f"{path}); give a config file relative to the sweep file")
+    data = apply_overrides(read_config_data(path, f"recipe of grid.{axis}"), overrides)
+    return {LABEL: path.stem, RECIPE: name, **flatten(data)}
 
 
 def _did_you_mean(leaf: Any) -> str:
@@ -198,6 +238,10 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None, *, only: li
     """
     path = Path(path)
     raw = read_yaml_mapping(path, "sweep file")
+    if "grid" in raw:
+        own = raw.get("overrides") if isinstance(raw.get("overrides"), list) else []  # else SweepSpec refuses it
+        every_override = [*own, *(overrides or [])]
+        raw = {**raw, "grid": resolve_recipes(raw["grid"], path.parent, every_override)}
     if only and isinstance(raw.get("grid"), dict):
         raw = {**raw, "grid": select_values(raw["grid"], only)}
     if name is not None:
@@ -221,7 +265,7 @@ def load_sweep(path: str | Path, overrides: list[str] | None = None, *, only: li
         base_path = (path.parent / spec.base)
         if not base_path.is_file():
             raise ConfigError(f"sweep file {path}: base {spec.base!r} does not exist (looked at {base_path})")
-        base = read_yaml_mapping(base_path, "base config")
+        base = read_config_data(base_path, "base config")
     base = apply_overrides(base, [*spec.overrides, *(overrides or [])])
     try:
         parse_config(base)
@@ -262,10 +306,16 @@ def grid_points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
     return [dict(zip(grid, combo, strict=True)) for combo in itertools.product(*grid.values())]
 
 
-def assignments(point: dict[str, Any]) -> list[tuple[str, Any]]:
-    """The (dotted config key, value) pairs a grid point sets, variant axes expanded in order."""
-    return [pair for key, value in point.items()
-            for pair in (value.items() if is_variant_axis(key) else [(key, value)])]
+def _is_recipe_value(key: str, value: Any) -> bool:
+    return is_variant_axis(key) and isinstance(value, dict) and RECIPE in value
+
+
+def assignments(point: dict[str, Any], recipes: bool = True) -> list[tuple[str, Any]]:
+    """The (dotted config key, value) pairs a grid point sets, variant axes expanded in order; a recipe's
+    first (the other axes win over it), or none of its keys without `recipes`."""
+    ordered = sorted(point.items(), key=lambda item: not _is_recipe_value(*item))
+    return [pair for key, value in ordered if recipes or not _is_recipe_value(key, value)
+            for pair in (value.items() if is_variant_axis(key) else [(key, value)]) if pair[0] not in (LABEL, RECIPE)]
 
 
 def trial_data(base: dict[str, Any], point: dict[str, Any]) -> dict[str, Any]:
@@ -287,8 +337,11 @@ def _label_value(value: Any) -> str:
 
 
 def trial_label(point: dict[str, Any]) -> str:
-    """Readable trial name from its grid values (leaf key names unless two collide)."""
-    pairs = assignments(point)
+    """Readable trial name from its grid values (leaf key names unless two collide; a labelled variant by its
+    label)."""
+    labelled = {key: value[LABEL] for key, value in point.items() if is_variant_axis(key) and LABEL in value}
+    pairs = [*((key, label) for key, label in labelled.items()),
+             *assignments({key: value for key, value in point.items() if key not in labelled})]
     leaves = [key.rsplit(".", 1)[-1] for key, _ in pairs]
     return ",".join(f"{leaf if leaves.count(leaf) == 1 else key}={_label_value(value)}"
                     for (key, value), leaf in zip(pairs, leaves, strict=True))
@@ -355,7 +408,9 @@ def run_trial(trial: dict[str, Any], setup: dict[str, Any]) -> None:
     algo = Trainer(config)
     try:
         tags = {"sweep": setup["sweep"], "sweep.trial_id": trial_id, "sweep.label": label,
-                **{f"sweep.{key}": str(value) for key, value in assignments(point)}}
+                **{f"sweep.{key}": str(value) for key, value in assignments(point, recipes=False)},
+                **{f"sweep.{axis}": value[LABEL] for axis, value in point.items()
+                   if is_variant_axis(axis) and LABEL in value}}
         tracker = MLflowTracker(config, run_name=label, tags=tags, run_id=run_id)
         if run_id is None:
             run_dir.mkdir(parents=True, exist_ok=True)
@@ -408,14 +463,15 @@ def _resources(sweep: Sweep) -> Any:
     from ray import tune
 
     resources = sweep.spec.tune.resources_per_trial
-    needed = trial_cpus(sweep.config)
+    # The largest trial's: the trials of a grid of recipes may differ in runners and replicas.
+    configs = [parse_config(trial_data(sweep.base, point)) for point in grid_points(sweep.spec.grid)]
+    needed = max(trial_cpus(config) for config in configs)
     cpu = resources.cpu if resources.cpu is not None else needed
     if cpu < needed - 1e-9:
         raise ConfigError(f"tune.resources_per_trial.cpu={cpu} is less than the trial's driver, replicas and env "
                           f"runners take ({needed:g}); raise it or leave it null")
     rest: dict[str, float] = {"CPU": _ray_units(cpu - _DRIVER_CPU)}
-    policy = sweep.config.policy
-    gpu_needed = policy.num_replicas * policy.num_gpus_per_replica
+    gpu_needed = max(c.policy.num_replicas * c.policy.num_gpus_per_replica for c in configs)
     gpu = resources.gpu if resources.gpu is not None else gpu_needed
     if gpu < gpu_needed - 1e-9:
         raise ConfigError(f"tune.resources_per_trial.gpu={gpu} is less than the policy replicas take "
@@ -575,7 +631,7 @@ def cli_sweep(args: Any, console: Console) -> int:
                                     filter_nan_and_inf=True)
         console.print(f"[green]best[/] ({spec.tune.metric}, {spec.tune.mode}, scope {spec.tune.scope}): "
                       f"{trial_label(best.config['grid'])}  ->  {best.metrics.get(spec.tune.metric):.4f}")
-        for key, value in assignments(best.config["grid"]):
+        for key, value in assignments(best.config["grid"], recipes=False):
             console.print(f"  {key}={value}")
     uri = setup["mlflow_uri"]
     console.print(f"MLflow experiment '{spec.name}' in {uri}  "

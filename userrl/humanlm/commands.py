@@ -23,7 +23,7 @@ from rich.table import Table
 
 from userrl.checkpoint import Checkpoint, write_atomic
 from userrl.commands.registry import Command, add_config_arguments
-from userrl.config import UserRLConfig, apply_overrides, parse_config, read_yaml_mapping
+from userrl.config import UserRLConfig, apply_overrides, parse_config, read_config_data
 from userrl.humanlm.fields import FIELD_NAMES
 from userrl.progress import print_result
 
@@ -37,7 +37,7 @@ def load_user_config(path: str | None, overrides: list[str]) -> UserRLConfig:
         merge_defaults,  # imports the Algorithm: only when a command runs
     )
 
-    data = read_yaml_mapping(path) if path else {}
+    data = read_config_data(path) if path else {}
     return parse_config(merge_defaults(apply_overrides(data, list(overrides))))
 
 

@@ -1,0 +1,276 @@
+"""The learning matrix (issue 34): every gym's recipe, warm start + GRPO-multiturn, against imitation at equal time.
+
+For each gym of `experiments/sweeps/learning_matrix.yaml` (its `gym` axis lists the recipes of
+`experiments/learn/`) and each seed, this script runs
+
+1. the gym's trial through `userrl sweep ... experiment.seed=<seed> --only gym=I --name learn_<gym>_s<seed>`:
+   the recipe's warm start (grounded solver demonstrations), its GRPO-multiturn iterations against the gym's
+   scripted users, greedy held-out evaluations after the warm start and during RL;
+2. the best SFT-only agent given the trial's whole wall time (`bench/learning.py`'s arm: as many grounded
+   demonstrations and epochs as that time buys at the trial's own warm-start speed), evaluated on the same
+   held-out tasks, as the run `sft_only` of the same MLflow experiment;
+3. `userrl report` on that experiment (its tables, CSVs and PNGs);
+
+then prints the matrix (one row per gym and seed: held-out success after the warm start and at the end with
+95% Wilson intervals, learned or not, the SFT-only agent's, RL beyond it by 0.10 or not, valid actions,
+minutes, the largest rollout reward, and a measured diagnosis for a gym that did not learn) and draws one panel
+per gym (`matrix.png` in the report folder).
+
+A gym and seed whose experiment already holds a finished trial and a finished SFT-only run is read, not run
+again, so the matrix fills in over several sittings (`--gyms`), and an interrupted trial resumes from its
+checkpoint. Each trial takes at most about 30 min on 2 cores; run one sitting at a time, alone:
+
+    .venv/bin/python bench/learning_matrix.py --gyms telepathy,frozenlake      # two rows
+    .venv/bin/python bench/learning_matrix.py --seeds 0,1,2                     # every gym, three seeds
+    .venv/bin/python bench/learning_matrix.py --report-only                     # the table of what has run
+
+A smoke run of the whole path (tiny random model, a few minutes):
+
+    .venv/bin/python bench/learning_matrix.py --output-dir runs/matrix-smoke --gyms telepathy \\
+        --set policy.model=tiny-random training.iterations=1 evaluation.interval=1 evaluation.num_tasks=2 \\
+        training.batch_size=2 training.group_size=2 sft.episodes=4
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import learning  # noqa: E402  (bench/learning.py: commands, the SFT-only arm, the report's curves)
+
+ROOT = learning.ROOT
+SWEEP_FILE = ROOT / "experiments" / "sweeps" / "learning_matrix.yaml"
+SFT_ONLY = "sft_only"
+LEARNED_BY = 0.10  # issue 34: RL beyond imitation = 0.10 or more above the best SFT-only agent
+
+
+@dataclass
+class Cell:
+    """One gym and seed of the matrix: its sweep's name, the recipe's position on the grid and its config."""
+
+    gym: str
+    seed: int
+    position: int
+    config: Any
+
+    @property
+    def name(self) -> str:
+        return f"learn_{self.gym}_s{self.seed}"
+
+
+def cells(gyms: list[str] | None, seeds: list[int], common: list[str]) -> list[Cell]:
+    """The matrix's cells in the sweep file's order (the recipes' labels), each with its trial's config."""
+    from userrl.commands.sweep import LABEL, load_sweep
+
+    labels = [variant[LABEL] for variant in load_sweep(SWEEP_FILE, common).spec.grid["gym"]]
+    unknown = sorted(set(gyms or []) - set(labels))
+    if unknown:
+        raise SystemExit(f"--gyms: no recipe {', '.join(unknown)} in {SWEEP_FILE.name}; known: {', '.join(labels)}")
+    out = []
+    for position, gym in enumerate(labels, start=1):
+        if gyms and gym not in gyms:
+            continue
+        for seed in seeds:
+            sweep = load_sweep(SWEEP_FILE, [*common, f"experiment.seed={seed}"], only=[f"gym={position}"])
+            out.append(Cell(gym, seed, position, sweep.config))
+    return out
+
+
+def finished(uri: str, experiment: str) -> set[str]:
+    """The names of an MLflow experiment's finished runs."""
+    _, runs = learning.mlflow_runs(uri, experiment)
+    return {r.info.run_name for r in runs if r.info.status == "FINISHED"}
+
+
+def run_trial(cell: Cell, common: list[str], dry_run: bool) -> int:
+    """The gym's trial through `userrl sweep` (resumed where its Tune folder holds an interrupted one)."""
+    tune_dir = Path(cell.config.experiment.output_dir).resolve() / "sweeps" / cell.name
+    cmd = [learning.userrl_script(), "sweep", str(SWEEP_FILE.relative_to(ROOT)), f"experiment.seed={cell.seed}",
+           *common, "--only", f"gym={cell.position}", "--name", cell.name, *(["--resume"] if tune_dir.is_dir() else [])]
+    if dry_run:
+        print(f"\n$ {shlex.join(cmd)}")
+        return 0
+    rc, _ = learning.run_command(cmd, f"{cell.name} (userrl sweep)")
+    return rc
+
+
+def warm_start_seconds(uri: str, cell: Cell) -> float:
+    """The trial's warm start in seconds: its SFT steps' own times, as the trial logged them."""
+    client, runs = learning.mlflow_runs(uri, cell.name)
+    trial = next(r for r in runs if r.info.run_name != SFT_ONLY and r.info.status == "FINISHED")
+    return sum(m.value for m in client.get_metric_history(trial.info.run_id, "time.sft_step_s"))
+
+
+def run_sft_only(cell: Cell, common: list[str], max_episodes: int) -> int:
+    """The best SFT-only agent given the trial's wall time, as run `sft_only` of the cell's experiment."""
+    uri = cell.config.mlflow_uri()
+    trial_minutes = [m for run, m in learning.run_minutes(uri, cell.name).items() if run != SFT_ONLY]
+    recipe = ROOT / "experiments" / "learn" / f"{cell.gym}.yaml"
+    out = Path(cell.config.experiment.output_dir).resolve() / cell.name
+    sft = cell.config.sft
+    return learning.sft_only(cell.config, recipe, out, [f"experiment.seed={cell.seed}", *common],
+                             warm_start_seconds(uri, cell), sft.episodes * sft.epochs, 60 * max(trial_minutes),
+                             cell.name, max_episodes, name=SFT_ONLY)
+
+
+# --- the table and the figure ---------------------------------------------------------------------------
+
+def row(cell: Cell, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The matrix row of one cell from its report's curves (the trial's and the SFT-only run's)."""
+    trial = next((r for r in runs if r["label"] != SFT_ONLY), None)
+    imitation = next((r for r in runs if r["label"] == SFT_ONLY), None)
+    held = [p for p in trial["points"] if p.heldout_success is not None] if trial else []
+    sft = next((p for p in imitation["points"] if p.heldout_success is not None), None) if imitation else None
+    start, end = (held[0], held[-1]) if len(held) >= 2 else (None, None)
+    learned = None if start is None else end.heldout_success > start.heldout_high
+    beyond = None if end is None or sft is None else end.heldout_success - sft.heldout_success >= LEARNED_BY
+    return {"gym": cell.gym, "seed": cell.seed, "start": start, "end": end, "sft": sft, "learned": learned,
+            "beyond": beyond, "valid": trial and trial["valid_mean"], "reward_max": trial and trial["reward_max"],
+            "minutes": trial and trial["minutes"], "sft_minutes": imitation and imitation["minutes"],
+            "curve": held, "diagnosis": diagnosis(start, end, trial) if learned is False else ""}
+
+
+def diagnosis(start: Any, end: Any, trial: dict[str, Any]) -> str:
+    """Why a trial did not rise above its start's interval, from what it measured."""
+    if not trial["reward_max"]:
+        return "rollout reward 0 in every iteration: no group had a signal"
+    if trial["valid_mean"] is not None and trial["valid_mean"] < 0.5:
+        return f"valid actions {trial['valid_mean']:.0%} of the rollout's turns"
+    if start.heldout_low >= 0.9:
+        return "the warm start is at the ceiling"
+    if end.heldout_success < start.heldout_success:
+        return f"fell from {start.heldout_success:.2f} to {end.heldout_success:.2f}"
+    return f"inside the start's interval after {end.iteration} iterations (n={end.heldout_episodes})"
+
+
+def _share(point: Any, interval: bool = True) -> str:
+    if point is None:
+        return "-"
+    text = f"{point.heldout_success:.3f}"
+    return f"{text} [{point.heldout_low:.2f}, {point.heldout_high:.2f}]" if interval else text
+
+
+def _yes(value: bool | None) -> str:
+    return "-" if value is None else "yes" if value else "no"
+
+
+def print_matrix(rows: list[dict[str, Any]]) -> None:
+    """The matrix as a markdown table (bench/README "The learning matrix")."""
+    head = ["gym", "seed", "after the warm start (95% CI)", "end (95% CI)", "n", "learned",
+            "best SFT-only at the same time", "RL beyond SFT (+0.10)", "valid actions", "rollout reward max",
+            "trial min", "diagnosis"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
+    for r in rows:
+        print("| " + " | ".join([
+            r["gym"], str(r["seed"]), _share(r["start"]),
+            "-" if r["end"] is None else f"{_share(r['end'])} @ {r['end'].iteration}",
+            "-" if r["end"] is None else str(r["end"].heldout_episodes), _yes(r["learned"]),
+            _share(r["sft"], interval=False), _yes(r["beyond"]),
+            "-" if r["valid"] is None else f"{r['valid']:.2f}",
+            "-" if r["reward_max"] is None else f"{r['reward_max']:.2f}",
+            "-" if r["minutes"] is None else f"{r['minutes']:.1f}", r["diagnosis"]]) + " |")
+    done = [r for r in rows if r["learned"] is not None]
+    print(f"\n{sum(bool(r['learned']) for r in done)} of {len(done)} trials end above their warm start's interval; "
+          f"{sum(bool(r['beyond']) for r in done)} end {LEARNED_BY:.2f} or more above the best SFT-only agent.")
+
+
+def plot_matrix(rows: list[dict[str, Any]], path: Path) -> Path | None:
+    """One panel per gym: each seed's held-out success with its 95% band, the SFT-only agent's as a line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    gyms = list(dict.fromkeys(r["gym"] for r in rows if r["curve"]))
+    if not gyms:
+        return None
+    columns = min(5, len(gyms))
+    lines = -(-len(gyms) // columns)
+    fig, axes = plt.subplots(lines, columns, figsize=(3.2 * columns, 2.8 * lines), squeeze=False, sharey=True)
+    for ax, gym in zip(axes.flat, gyms, strict=False):
+        for i, r in enumerate(r for r in rows if r["gym"] == gym and r["curve"]):
+            xs = [p.iteration for p in r["curve"]]
+            ax.fill_between(xs, [p.heldout_low for p in r["curve"]], [p.heldout_high for p in r["curve"]],
+                            color=f"C{i}", alpha=0.12)
+            ax.plot(xs, [p.heldout_success for p in r["curve"]], color=f"C{i}", marker="o", label=f"seed {r['seed']}")
+            if r["sft"] is not None:
+                ax.axhline(r["sft"].heldout_success, color=f"C{i}", linestyle="--", linewidth=1,
+                           label=f"SFT only, seed {r['seed']}")
+        ax.set(title=gym, xlabel="iteration", ylim=(0, 1))
+        ax.title.set_fontsize(10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    for ax in list(axes.flat)[len(gyms):]:
+        ax.axis("off")
+    axes[0][0].set_ylabel("held-out success (greedy)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# --- driver ----------------------------------------------------------------------------------------------
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser.add_argument("--gyms", default=None, help="comma-separated recipe names (default: every recipe)")
+    parser.add_argument("--seeds", default="0", help="comma-separated experiment seeds (default 0)")
+    parser.add_argument("--output-dir", default=None,
+                        help="experiment.output_dir (Tune folders, run folders, MLflow store); default the recipes' (runs)")
+    parser.add_argument("--report-dir", default=None, help="default <output dir>/reports/learning_matrix")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides of every recipe")
+    parser.add_argument("--no-sft-only", action="store_true", help="skip the SFT-only arms")
+    parser.add_argument("--sft-max-episodes", type=int, default=1000,
+                        help="distinct demonstrations of an SFT-only arm, at most (more time buys more epochs)")
+    parser.add_argument("--report-only", action="store_true", help="run nothing: read what the store holds")
+    parser.add_argument("--dry-run", action="store_true", help="print the trials' commands only")
+    args = parser.parse_args()
+
+    from userrl.config import ConfigError
+
+    common = [*([f"experiment.output_dir={args.output_dir}"] if args.output_dir else []), *args.set]
+    try:
+        matrix = cells([g.strip() for g in args.gyms.split(",")] if args.gyms else None,
+                       [int(s) for s in args.seeds.split(",")], common)
+    except ConfigError as error:
+        print(error, file=sys.stderr)
+        return 2
+    uri = matrix[0].config.mlflow_uri()
+    output = Path(matrix[0].config.experiment.output_dir).resolve()
+    report_root = Path(args.report_dir).resolve() if args.report_dir else output / "reports" / "learning_matrix"
+    failed = 0
+    rows = []
+    for cell in matrix:
+        done = set() if args.dry_run else finished(uri, cell.name)
+        if not args.report_only and not done - {SFT_ONLY}:
+            failed += run_trial(cell, common, args.dry_run) != 0
+            done = set() if args.dry_run else finished(uri, cell.name)
+        if not args.report_only and not args.no_sft_only and not args.dry_run and done - {SFT_ONLY} \
+                and SFT_ONLY not in done:
+            failed += run_sft_only(cell, common, args.sft_max_episodes) != 0
+        if args.dry_run or not finished(uri, cell.name):
+            continue
+        report = report_root / cell.name
+        rc, _ = learning.run_command([learning.userrl_script(), "report", "--experiment", cell.name,
+                                      "--tracking-uri", uri, "--out", str(report)], f"report of {cell.name}")
+        if rc == 0:
+            rows.append(row(cell, learning.curves(report)))
+    if args.dry_run:
+        return 0
+    print("\n## The learning matrix\n")
+    print_matrix(rows)
+    png = plot_matrix(rows, report_root / "matrix.png") if rows else None
+    print(f"\n[bench] figure: {png}" if png else "\n[bench] no trial has finished yet: no figure")
+    print(f"[bench] MLflow: {uri} (experiments learn_<gym>_s<seed>); reports in {report_root}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
