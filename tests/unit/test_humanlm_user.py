@@ -12,7 +12,7 @@ import pytest
 from userrl.actors.policy_replica import PolicyReplica
 from userrl.envs import load_tasks, make_env, tool_call_to_action
 from userrl.envs.persuade.roles import FALLBACK_REPLY, stance_in_text
-from userrl.humanlm.data import SEED, _task_seed, load_rows
+from userrl.humanlm.data import SEED, load_rows, seed_of
 from userrl.humanlm.user import HumanLMUserClient
 from userrl.users import resolve_user_model
 
@@ -27,7 +27,7 @@ def test_the_gym_shows_a_humanlm_user_the_recorded_rows_persona_and_conversation
     task_id = rows[0].extra["task_id"]
     rows = [r for r in rows if r.extra["task_id"] == task_id]
     task = next(t for t in load_tasks(gym, "test") if t.item_key == task_id)
-    env = make_env(gym, task, backend="scripted", seed=_task_seed(SEED, gym, task_id), max_steps=8)
+    env = make_env(gym, task, backend="scripted", seed=seed_of(SEED, gym, task_id), max_steps=8)
     env.reset()
     assert len(rows) >= 2
     for row in rows:

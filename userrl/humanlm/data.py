@@ -163,11 +163,14 @@ def _intention_states(
 
 
 def intention_conversation(
-    task: Task, rng: np.random.Generator, env_seed: int
+    task: Task, rng: np.random.Generator, env_seed: int, moves: Sequence[tuple[str, str]] | None = None
 ) -> tuple[str, list[tuple[list[dict], str, dict]]]:
-    """One recorded Intention conversation: the persona, and per user reply (context, reply, latent states)."""
+    """One recorded Intention conversation: the persona, and per user reply (context, reply, latent states).
+
+    The agent's side is the gym's solver with some turns made weaker (seeded), or `moves`, (choice, content)
+    per turn as an agent played them, replayed against the scripted user (`userrl.humanlm.cotrain`)."""
     env = make_env("intention", backend="scripted", max_steps=MAX_TURNS["intention"], seed=env_seed)
-    solver = make_solver("intention", task, rng, env.max_steps)
+    solver = make_solver("intention", task, rng, env.max_steps) if moves is None else None
     env.reset(options={"task": task})
     record = task.data
     details = record["missing_details"]
@@ -175,11 +178,14 @@ def intention_conversation(
     exchanges: list[tuple[str, str]] = []
     out = []
     feedback: str | None = None
-    for _ in range(MAX_TURNS["intention"]):
-        choice, content = solver.next_action(feedback)
+    for turn in range(MAX_TURNS["intention"] if moves is None else min(len(moves), MAX_TURNS["intention"])):
+        if solver is not None:
+            choice, content = solver.next_action(feedback)
+        else:
+            choice, content = moves[turn]
         if choice == "finish":
             break
-        if rng.random() < WEAK_TURN_P["intention"]:
+        if solver is not None and rng.random() < WEAK_TURN_P["intention"]:
             content = _OFF_TOPIC[int(rng.integers(len(_OFF_TOPIC)))]
         obs, _, terminated, truncated, _ = env.step(tool_call_to_action(choice, content))
         feedback = obs["feedback"]
@@ -197,7 +203,8 @@ def intention_conversation(
 # ---------------------------------------------------------------- rows
 
 
-def _task_seed(seed: int, gym: str, key: str) -> int:
+def seed_of(seed: int, gym: str, key: str) -> int:
+    """A conversation's seed from the rows' seed, its gym and a key (its task's, or more)."""
     # crc32, not hash(): stable across processes (PYTHONHASHSEED).
     return zlib.crc32(f"{seed}:{gym}:{key}".encode())
 
@@ -208,7 +215,7 @@ def gym_rows(gym: str, split: str, seed: int = SEED) -> list[Row]:
         raise ValueError(f"no HumanLM data for gym {gym!r}; gyms: {list(GYMS)}")
     rows = []
     for task in sorted(load_tasks(gym, split), key=lambda t: t.item_key):
-        task_seed = _task_seed(seed, gym, task.item_key)
+        task_seed = seed_of(seed, gym, task.item_key)
         rng = np.random.default_rng(task_seed)
         if gym == "persuade":
             from userrl.envs.persuade.roles import persona_prompt
@@ -216,19 +223,28 @@ def gym_rows(gym: str, split: str, seed: int = SEED) -> list[Row]:
             persona, turns = persona_prompt(task.data["claim"]), persuade_conversation(task, rng, task_seed)
         else:
             persona, turns = intention_conversation(task, rng, task_seed)
-        for turn, (context, reply, states) in enumerate(turns, start=1):
-            extra = {"gym": gym, "task_id": task.item_key, "split": split, "turn": turn}
-            rows.append(
-                Row(
-                    prompt=({"role": "system", "content": persona}, *context),
-                    ground_truth=reply,
-                    persona=persona,
-                    target_id=f"{gym}:{task.item_key}:{turn}",
-                    data_source=f"userrl_{gym}",
-                    latent_states=states,
-                    extra=extra,
-                )
+        rows += conversation_rows(gym, task, split, persona, turns)
+    return rows
+
+
+def conversation_rows(gym: str, task: Task, split: str, persona: str, turns: Sequence[tuple[list[dict], str, dict]],
+                      source: str = "", conversation: str = "") -> list[Row]:
+    """One row per user reply of a recorded conversation (`conversation` tells apart several of one task)."""
+    rows = []
+    for turn, (context, reply, states) in enumerate(turns, start=1):
+        extra = {"gym": gym, "task_id": task.item_key, "split": split, "turn": turn,
+                 **({"source": source, "conversation": conversation} if source else {})}
+        rows.append(
+            Row(
+                prompt=({"role": "system", "content": persona}, *context),
+                ground_truth=reply,
+                persona=persona,
+                target_id=":".join(p for p in (gym, task.item_key, conversation, str(turn)) if p),
+                data_source=f"userrl_{gym}" + (f"_{source}" if source else ""),
+                latent_states=states,
+                extra=extra,
             )
+        )
     return rows
 
 
