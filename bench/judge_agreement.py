@@ -48,7 +48,7 @@ from userrl.envs import Task, make_env, tool_call_to_action
 from userrl.envs.intention import roles
 from userrl.envs.intention.scripted import scripted_judgement
 from userrl.envs.llm import RoleCall, RoleClient, UserModel
-from userrl.humanlm.data import SEED, _task_seed, intention_conversation
+from userrl.humanlm.data import SEED, intention_conversation, seed_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from simulator_agreement import conversations  # noqa: E402 - the recorded test conversations
@@ -62,12 +62,12 @@ RELATED, SAME = "is_task_related, successful calls", "same covered set, successf
 def transcripts(n: int, n_tasks: int | None) -> tuple[list[tuple[Task, int, list[str]]], int]:
     """n distinct held-out transcripts (task, env seed, agent messages), recorded ones first; how many recorded."""
     recorded = conversations(GYM, n_tasks)
-    out = [(t, _task_seed(SEED, GYM, t.item_key), m) for t, m in recorded]
+    out = [(t, seed_of(SEED, GYM, t.item_key), m) for t, m in recorded]
     seen = {(t.item_key, tuple(m)) for t, m in recorded}
     for k, (task, _) in itertools.product(range(1, MAX_SEEDS), recorded):
         if len(out) >= n:
             break
-        seed = _task_seed(SEED + k, GYM, task.item_key)  # as gym_rows seeds the recorded ones
+        seed = seed_of(SEED + k, GYM, task.item_key)  # as gym_rows seeds the recorded ones
         turns = intention_conversation(task, np.random.default_rng(seed), seed)[1]
         messages = [context[-1]["content"] for context, _, _ in turns]  # each context ends with the question
         if (task.item_key, tuple(messages)) not in seen:

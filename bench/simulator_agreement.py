@@ -50,7 +50,7 @@ from userrl.actors.policy_replica import PolicyReplica
 from userrl.envs import Task, load_tasks, make_env, tool_call_to_action
 from userrl.envs.intention.scripted import NOT_SURE_REPLY
 from userrl.envs.persuade.roles import stance_index
-from userrl.humanlm.data import SEED, _task_seed, load_rows
+from userrl.humanlm.data import SEED, load_rows, seed_of
 from userrl.humanlm.format import parse_strict
 from userrl.humanlm.judge import ScriptedJudge, score_group
 from userrl.humanlm.row import Row
@@ -84,7 +84,7 @@ async def play(gym: str, task: Task, messages: Sequence[str], client: HumanLMUse
     if client is not None:
         kwargs = {"backend": "local", "llm": client, "role_backends": ROLE_BACKENDS[gym]}
     # No step timeout to speak of: a 2-core machine decodes every episode's reply in one batch.
-    env = make_env(gym, task, seed=_task_seed(SEED, gym, task.item_key), max_steps=MAX_STEPS,
+    env = make_env(gym, task, seed=seed_of(SEED, gym, task.item_key), max_steps=MAX_STEPS,
                    step_timeout_s=STEP_TIMEOUT_S, **kwargs)
     env.reset()
     turns = []
