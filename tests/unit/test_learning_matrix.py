@@ -1,0 +1,71 @@
+"""bench/learning_matrix.py's verdicts: learned, RL beyond imitation and the diagnosis, from a trial's curve."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from userrl.curve import CurvePoint, wilson_interval
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    """bench/learning_matrix.py as a module (it imports its sibling learning from bench/)."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        spec = importlib.util.spec_from_file_location("learning_matrix", BENCH / "learning_matrix.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # its dataclass looks its module up there
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def _point(iteration, wins, n=40):
+    low, high = wilson_interval(wins, n)
+    return CurvePoint(iteration, heldout_success=wins / n, heldout_episodes=n, heldout_low=low, heldout_high=high)
+
+
+def _runs(curve, sft_wins=None, reward_max=0.5, valid=0.9):
+    trial = {"label": "gym=telepathy", "points": curve, "valid_mean": valid, "reward_max": reward_max, "minutes": 21.0}
+    runs = [trial]
+    if sft_wins is not None:
+        runs.append({"label": "sft_only", "points": [_point(0, sft_wins)], "valid_mean": None, "reward_max": None,
+                     "minutes": 20.0})
+    return runs
+
+
+def test_learned_means_above_the_starts_interval_and_beyond_means_a_tenth_above_imitation(bench):
+    cell = bench.Cell("telepathy", 0, 2, None)
+    # 8/40 -> 20/40: the start's Wilson interval tops out at 0.348, the end is 0.50
+    row = bench.row(cell, _runs([_point(0, 8), _point(6, 12), _point(12, 20)], sft_wins=15))
+    assert row["learned"] and row["beyond"] and row["diagnosis"] == ""  # 0.500 - 0.375 >= 0.10
+    assert (row["start"].iteration, row["end"].iteration, row["minutes"]) == (0, 12, 21.0)
+    row = bench.row(cell, _runs([_point(0, 8), _point(12, 20)], sft_wins=17))  # 0.500 - 0.425 < 0.10
+    assert row["learned"] and not row["beyond"]
+    row = bench.row(cell, _runs([_point(0, 8), _point(12, 13)], sft_wins=None))  # 0.325 <= 0.348: inside
+    assert row["learned"] is False and row["beyond"] is None and row["sft"] is None
+    assert row["diagnosis"] == "inside the start's interval after 12 iterations (n=40)"
+
+
+@pytest.mark.parametrize(("start", "end", "reward_max", "valid", "diagnosis"), [
+    (0, 0, 0.0, 0.9, "rollout reward 0 in every iteration: no group had a signal"),
+    (4, 4, 0.2, 0.3, "valid actions 30% of the rollout's turns"),
+    (40, 40, 1.0, 1.0, "the warm start is at the ceiling"),
+    (20, 10, 0.8, 0.9, "fell from 0.50 to 0.25"),
+])
+def test_a_trial_that_did_not_learn_says_why(bench, start, end, reward_max, valid, diagnosis):
+    row = bench.row(bench.Cell("telepathy", 0, 2, None),
+                    _runs([_point(0, start), _point(12, end)], reward_max=reward_max, valid=valid))
+    assert row["learned"] is False and row["diagnosis"] == diagnosis
+
+
+def test_a_trial_without_two_evaluations_has_no_verdict(bench):
+    row = bench.row(bench.Cell("telepathy", 0, 2, None), _runs([_point(0, 8)]))
+    assert row["learned"] is None and row["end"] is None and row["diagnosis"] == ""
