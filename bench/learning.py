@@ -316,11 +316,23 @@ def plot_heldout(runs: list[dict[str, Any]], path: Path, title: str) -> Path | N
     n = series[0][1][-1].heldout_episodes
     ax.set(xlabel="iteration", ylabel="held-out success (greedy)", ylim=(0, 1),
            title=f"{title}: held-out success, {n} test episodes per evaluation, 95% Wilson bands")
+    style_axes(ax, 8)
+    return save_figure(fig, path, 120)
+
+
+def style_axes(ax: Any, legend_size: float) -> None:
+    """The benches' look of one panel: a small title, a light grid, a legend."""
     ax.title.set_fontsize(10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=legend_size)
+
+
+def save_figure(fig: Any, path: Path, dpi: int) -> Path:
+    """Lay out, write and close a figure; returns its path."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=dpi)
     plt.close(fig)
     return path
 

@@ -203,16 +203,11 @@ def plot_matrix(rows: list[dict[str, Any]], path: Path) -> Path | None:
                 ax.axhline(r["sft"].heldout_success, color=f"C{i}", linestyle="--", linewidth=1,
                            label=f"SFT only, seed {r['seed']}")
         ax.set(title=gym, xlabel="iteration", ylim=(0, 1))
-        ax.title.set_fontsize(10)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
+        learning.style_axes(ax, 6)
     for ax in list(axes.flat)[len(gyms):]:
         ax.axis("off")
     axes[0][0].set_ylabel("held-out success (greedy)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return learning.save_figure(fig, path, 110)
 
 
 # --- driver ----------------------------------------------------------------------------------------------

@@ -838,20 +838,25 @@ def parse_config(data: dict[str, Any]) -> UserRLConfig:
         raise ConfigError(_explain(error)) from None
 
 
+def set_dotted(data: dict[str, Any], dotted: str, value: Any, where: str) -> None:
+    """Set `section.key` in a nested dict, making sections as needed; ConfigError naming `where` when a part
+    of the path holds a value, not a section."""
+    node = data
+    *parents, leaf = dotted.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"{where}: '{part}' is not a section")
+    node[leaf] = value
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Apply `section.key=value` overrides (values parsed as YAML) to a nested dict."""
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override {item!r} is not of the form section.key=value")
         path, raw = item.split("=", 1)
-        value = yaml.safe_load(raw) if raw.strip() else None
-        node = data
-        parts = path.strip().split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"override {item!r}: '{part}' is not a section")
-        node[parts[-1]] = value
+        set_dotted(data, path.strip(), yaml.safe_load(raw) if raw.strip() else None, f"override {item!r}")
     return data
 
 
@@ -881,13 +886,7 @@ def read_config_data(path: str | Path, what: str = "config file", _seen: tuple[P
         raise ConfigError(f"{what} {path}: base {base!r} is a file this config already starts from (a loop of bases)")
     merged = read_config_data(path.parent / base, f"base of {path}", seen)
     for dotted, value in flatten(data).items():
-        node = merged
-        *parents, leaf = dotted.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"{what} {path}: {dotted}: '{part}' is not a section in its base")
-        node[leaf] = value
+        set_dotted(merged, dotted, value, f"{what} {path}: {dotted}, over its base")
     return merged
 
 

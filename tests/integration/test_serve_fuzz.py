@@ -8,14 +8,12 @@ below are made here, on the raw replies.
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
-from pathlib import Path
 
 import openai
 import pytest
 import requests
+from bench_module import load_bench
 
 pytestmark = pytest.mark.slow
 
@@ -29,16 +27,7 @@ FAMILIES = {"random bytes", "broken JSON", "wrong JSON types", "huge/negative nu
             "wrong API key", "play API"}
 
 
-def _load_bench():
-    path = Path(__file__).resolve().parents[2] / "bench" / "reliability.py"
-    spec = importlib.util.spec_from_file_location("bench_reliability", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
-reliability = _load_bench()
+reliability = load_bench("reliability")
 
 
 @pytest.fixture(scope="module")

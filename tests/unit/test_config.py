@@ -90,7 +90,7 @@ def test_a_config_starts_from_its_base(tmp_path):
     with pytest.raises(ConfigError, match=r"base of .*missing.yaml .*nope.yaml does not exist"):
         load_config(tmp_path / "missing.yaml")
     (tmp_path / "shape.yaml").write_text("base: common.yaml\ntraining: {lr: {x: 1}}\n")  # lr is no section
-    with pytest.raises(ConfigError, match=r"training.lr.x: 'lr' is not a section in its base"):
+    with pytest.raises(ConfigError, match=r"training.lr.x, over its base: 'lr' is not a section"):
         load_config(tmp_path / "shape.yaml")
 
 

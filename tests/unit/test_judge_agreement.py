@@ -3,27 +3,16 @@ scripted walk against what the gym itself scores."""
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
-import sys
-from pathlib import Path
 
 import pytest
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from bench_module import load_bench
 
 
 @pytest.fixture(scope="module")
 def bench():
     """bench/judge_agreement.py as a module (it imports its sibling simulator_agreement from bench/)."""
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location("judge_agreement", BENCH / "judge_agreement.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH))
+    return load_bench("judge_agreement")
 
 
 def test_agreement_against_the_definitions(bench):

@@ -2,29 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
+from bench_module import load_bench
 
 from userrl.curve import CurvePoint, wilson_interval
-
-BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 @pytest.fixture(scope="module")
 def bench():
     """bench/learning_matrix.py as a module (it imports its sibling learning from bench/)."""
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location("learning_matrix", BENCH / "learning_matrix.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # its dataclass looks its module up there
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH))
+    return load_bench("learning_matrix")
 
 
 def _point(iteration, wins, n=40):

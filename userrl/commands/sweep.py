@@ -46,6 +46,7 @@ from userrl.config import (
     read_config_data,
     read_yaml_mapping,
     section_models,
+    set_dotted,
 )
 
 RUN_ID_FILE = "mlflow_run_id"
@@ -196,13 +197,7 @@ class Sweep:
 
 
 def _set(data: dict[str, Any], dotted: str, value: Any) -> None:
-    node = data
-    *parents, leaf = dotted.split(".")
-    for part in parents:
-        node = node.setdefault(part, {})
-        if not isinstance(node, dict):
-            raise ConfigError(f"grid key {dotted!r}: '{part}' is not a config section")
-    node[leaf] = value
+    set_dotted(data, dotted, value, f"grid key {dotted!r}")
 
 
 def _reason(error: ConfigError) -> str:
