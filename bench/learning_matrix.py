@@ -139,6 +139,9 @@ def diagnosis(start: Any, end: Any, trial: dict[str, Any]) -> str:
     """Why a trial did not rise above its start's interval, from what it measured."""
     if not trial["reward_max"]:
         return "rollout reward 0 in every iteration: no group had a signal"
+    if start.heldout_success == 0 and end.heldout_success == 0:
+        return (f"no held-out success before or after, rollout reward at most {trial['reward_max']:.2f} per "
+                "iteration: almost no group had a signal")
     if trial["valid_mean"] is not None and trial["valid_mean"] < 0.5:
         return f"valid actions {trial['valid_mean']:.0%} of the rollout's turns"
     if start.heldout_low >= 0.9:

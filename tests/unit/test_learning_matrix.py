@@ -43,6 +43,8 @@ def test_learned_means_above_the_starts_interval_and_beyond_means_a_tenth_above_
 
 @pytest.mark.parametrize(("start", "end", "reward_max", "valid", "diagnosis"), [
     (0, 0, 0.0, 0.9, "rollout reward 0 in every iteration: no group had a signal"),
+    (0, 0, 0.03, 0.9, "no held-out success before or after, rollout reward at most 0.03 per iteration: almost no "
+                      "group had a signal"),
     (4, 4, 0.2, 0.3, "valid actions 30% of the rollout's turns"),
     (40, 40, 1.0, 1.0, "the warm start is at the ceiling"),
     (20, 10, 0.8, 0.9, "fell from 0.50 to 0.25"),
