@@ -253,7 +253,8 @@ def main() -> int:
         if not args.report_only and not args.no_sft_only and not args.dry_run and done - {SFT_ONLY} \
                 and SFT_ONLY not in done:
             failed += run_sft_only(cell, common, args.sft_max_episodes) != 0
-        if args.dry_run or not finished(uri, cell.name):
+            done = finished(uri, cell.name)
+        if args.dry_run or not done:
             continue
         report = report_root / cell.name
         rc, _ = learning.run_command([learning.userrl_script(), "report", "--experiment", cell.name,
