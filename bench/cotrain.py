@@ -13,6 +13,9 @@ warm-started on solver demonstrations (`userrl sft --config experiments/llm_user
    (`userrl train-user ... humanlm.data_files={train: rows_r.jsonl} training.iterations=0`), and both are
    scored on the held-out rows by `userrl evaluate-user` (the scripted judge against the scripted user's replies).
 
+The agent's held-out tasks are bench/llm_users.py's: Intention's 16 builtin test tasks and, when the original
+UserRL data is there (`--data-root`), its 40 test tasks as a second gym entry.
+
 The table: per round, the agent's held-out reward before and after (95% intervals), and the simulator's
 held-out judge score and valid rate. Every step is a product command, printed before it runs; a step whose
 output exists is reused, so an interrupted run continues.
@@ -92,6 +95,9 @@ def main() -> int:
                         help="rows of each simulator's training (default: every row of its file)")
     parser.add_argument("--simulator-eval-rows", type=int, default=None, help="held-out rows scored (default all)")
     parser.add_argument("--eval-tasks", type=int, default=None, help="the agent's evaluation.num_tasks")
+    parser.add_argument("--data-root", default=str(llm_users.DEFAULT_DATA_ROOT) if llm_users.DEFAULT_DATA_ROOT.is_dir()
+                        else None, help="the original UserRL data (adds its Intention tasks, as bench/llm_users.py "
+                        "does); default ../shared/userrl-data")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="more overrides of the agent's runs")
     parser.add_argument("--user-set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="more overrides of the simulator's runs")
@@ -99,7 +105,10 @@ def main() -> int:
     args.out = (ROOT / args.output_dir).resolve()
     model = [f"policy.model={args.model}"] if args.model else []
     args.user_set = [*model, *args.user_set]
+    data_root = Path(args.data_root).resolve() if args.data_root else None
     agent_set = [f"experiment.output_dir={args.out}", f"tracking.experiment={EXPERIMENT}", *model,
+                 f"env.gyms={json.dumps(llm_users.gym_entries(data_root))}",
+                 *([f"env.data_root={data_root}"] if data_root else []),
                  *([f"evaluation.num_tasks={args.eval_tasks}"] if args.eval_tasks else []), *args.set]
 
     simulator = Path(args.simulator) if args.simulator else checkpoint_model(args.out / "simulator_0", 0)
