@@ -13,7 +13,7 @@ from typing import Any
 _HOMES: dict[str, str] = {
     **dict.fromkeys(("ADV_ESTIMATORS", "BILEVEL_ESTIMATORS", "ESTIMATOR_SETTINGS", "GAE_ESTIMATORS",
                      "MT_GAE_RETURNS", "TRAJECTORY_SCORES", "TURN_CREDITS", "GAEConfig", "GRPOConfig",
-                     "settings_of"), "settings"),
+                     "settings_from", "settings_of"), "settings"),
     **dict.fromkeys(("bilevel_gae", "explained_variance", "gae_advantages", "high_variance_groups",
                      "multiturn_gae", "value_loss", "value_loss_mask", "vanilla_gae", "weighted_bilevel_gae",
                      "whiten"), "gae"),

@@ -159,6 +159,7 @@ def _rank(rank: int, world: int, port: int, model_path: str, args: argparse.Name
     from transformers import AutoConfig
 
     from userrl.config import parse_config
+    from userrl.estimators import make_estimator
     from userrl.learner import Learner
     from userrl.weight_sync import DEFAULT_BUCKET_BYTES, BucketBuffers, pack_buckets
 
@@ -187,10 +188,11 @@ def _rank(rank: int, world: int, port: int, model_path: str, args: argparse.Name
     seq = len(trajectories[0].input_ids)
     # Scored positions: the trained ones on the chunked path; from the first trained one on through the full logits.
     scored = args.response if logprob_chunk else seq - args.prompt
+    estimator = make_estimator(learner.config, learner.pad_token_id)
     advantage_seconds = []
     for _ in range(2):  # with a critic: its forward pass over the batch and the all-gather of the values
         start = time.perf_counter()
-        advantages, _, targets = learner.compute_advantages(trajectories)
+        advantages, _, targets = estimator.estimate(trajectories, learner.compute_values)
         advantage_seconds.append(time.perf_counter() - start)
     seconds, metrics = [], {}
     if cuda:

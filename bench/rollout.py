@@ -332,7 +332,10 @@ def make_learner(config, model_path: str):
 
 def learner_throughput(learner, trajectories) -> tuple[dict, float]:
     """One GRPO update of the trajectories."""
-    advantages, _, _ = learner.compute_advantages(trajectories)
+    from userrl.estimators import make_estimator
+
+    advantages, _, _ = make_estimator(learner.config, learner.pad_token_id).estimate(
+        trajectories, learner.compute_values)
     start = time.perf_counter()
     metrics = learner.update(trajectories, advantages)
     return metrics, time.perf_counter() - start

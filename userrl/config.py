@@ -31,10 +31,7 @@ from userrl.algorithms.settings import (  # torch-free: the CLI starts without t
     GAE_ESTIMATORS,
     TRAJECTORY_SCORES,
     TURN_CREDITS,
-    GAEConfig,
-    GRPOConfig,
     setting_fields,
-    settings_from,
     settings_of,
 )
 from userrl.allocator import resolve_allocator
@@ -356,8 +353,8 @@ def _users_hint(unused: list[str]) -> str:
 
 class TrainingConfig(EstimatorSettings):
     """The RL update. The estimators' settings (trajectory_score, turn_credit, gamma, lam, ...) are the fields
-    of `userrl.algorithms.GRPOConfig` and `GAEConfig`, inherited from `EstimatorSettings`; `grpo()` and
-    `gae()` build those from them."""
+    of `userrl.algorithms.GRPOConfig` and `GAEConfig`, inherited from `EstimatorSettings`; the estimator
+    (`userrl.estimators.make_estimator`) builds those from them with `settings_from`."""
 
     iterations: int = Field(20, ge=0, description="RL iterations (rollout, update, weight sync); 0 = none.")
     batch_size: int = Field(8, ge=1, description="Tasks per iteration; each is rolled out group_size times.")
@@ -455,14 +452,6 @@ class TrainingConfig(EstimatorSettings):
     def uses_critic(self) -> bool:
         """Whether the estimator needs a value model (every GAE estimator)."""
         return self.adv_estimator != "grpo_multiturn"
-
-    def grpo(self) -> GRPOConfig:
-        """The `userrl.algorithms.GRPOConfig` of these settings."""
-        return settings_from(GRPOConfig, self)
-
-    def gae(self) -> GAEConfig:
-        """The `userrl.algorithms.GAEConfig` of these settings (GAE estimators)."""
-        return settings_from(GAEConfig, self, estimator=self.adv_estimator)
 
 
 class CriticConfig(_Section):

@@ -1,7 +1,8 @@
 """Advantage estimators: a batch's turn rewards -> per-token advantages (and, with a critic, its targets).
 
-One class per family of `training.adv_estimator`; `make_estimator` picks it once, so the learner never
-branches on the estimator. The math lives in `userrl.algorithms`; this is the glue from trajectories to it.
+One class per family of `training.adv_estimator`; `make_estimator` picks it once, so the train loop (which
+computes the advantages, as verl's trainer does) never branches on the estimator; the learner is asked only for
+the critic's values. The math lives in `userrl.algorithms`; this is the glue from trajectories to it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from userrl.algorithms import (
     gae_advantages,
     grpo_multiturn_advantages,
     place_token_rewards,
+    settings_from,
     trajectory_score,
     value_loss_mask,
 )
@@ -58,8 +60,6 @@ class AdvantageEstimator(ABC):
     for an estimator with a critic, the critic's targets. Built once by `make_estimator`, it holds the settings
     it reads and never goes back to the run config."""
 
-    needs_critic: bool = False
-
     def __init__(self, pad_token_id: int, grpo: GRPOConfig, format_penalty: float = 0.0):
         self.pad_token_id = pad_token_id
         self.grpo = grpo
@@ -90,8 +90,6 @@ class GRPOMultiTurnEstimator(AdvantageEstimator):
 
 class GAEEstimator(AdvantageEstimator):
     """RAGEN's GAE estimators (docs/spec/ALGORITHMS.md §4): token rewards against the critic's values."""
-
-    needs_critic = True
 
     def __init__(self, pad_token_id: int, grpo: GRPOConfig, format_penalty: float, gae: GAEConfig,
                  reward_placement: str, whiten_advantages: bool, mask_obs: bool):
@@ -124,10 +122,11 @@ class GAEEstimator(AdvantageEstimator):
 
 
 def make_estimator(config: UserRLConfig, pad_token_id: int) -> AdvantageEstimator:
-    """The estimator of `training.adv_estimator`, handed its settings from the typed config once: the GAE family
-    trains a critic, grpo_multiturn does not."""
+    """The estimator of `training.adv_estimator`, handed its settings (the `training` keys its settings classes
+    declare) once: the GAE family trains a critic, grpo_multiturn does not."""
     tc = config.training
+    grpo = settings_from(GRPOConfig, tc)
     if not tc.uses_critic:
-        return GRPOMultiTurnEstimator(pad_token_id, tc.grpo(), tc.format_penalty)
-    return GAEEstimator(pad_token_id, tc.grpo(), tc.format_penalty, tc.gae(), tc.reward_placement,
-                        tc.whiten_advantages, config.critic.mask_obs)
+        return GRPOMultiTurnEstimator(pad_token_id, grpo, tc.format_penalty)
+    return GAEEstimator(pad_token_id, grpo, tc.format_penalty, settings_from(GAEConfig, tc, estimator=tc.adv_estimator),
+                        tc.reward_placement, tc.whiten_advantages, config.critic.mask_obs)

@@ -1,9 +1,10 @@
 """Learner: one rank of the FSDP2-sharded policy (and critic); updates them with GRPO-multiturn, GAE + PPO, or SFT.
 
-It orchestrates the pieces, RLlib-style: the estimator (`userrl/estimators.py`) turns rewards into advantages,
-one micro-batch loop (`_step`) drives any `MicroBatchLoss` (`userrl/losses.py`: PPO policy, SFT, clipped value)
-for the policy and the critic alike, `userrl/fsdp.py` loads, shards and gathers the models, and
-`userrl/sharded_checkpoint.py` saves and restores them. It runs inside a Ray Train worker (which set up
+It orchestrates the pieces, RLlib-style: one micro-batch loop (`_step`) drives any `MicroBatchLoss`
+(`userrl/losses.py`: PPO policy, SFT, clipped value) for the policy and the critic alike, `userrl/fsdp.py`
+loads, shards and gathers the models, and `userrl/sharded_checkpoint.py` saves and restores them. The
+advantages come from the train loop's estimator (`userrl/estimators.py`), which asks `compute_values` for the
+critic's values. It runs inside a Ray Train worker (which set up
 torch.distributed: gloo on CPU, NCCL on GPU), and also alone in a plain process with a one-member process
 group, as in the unit tests.
 """
@@ -19,7 +20,7 @@ import torch.distributed as dist
 
 from userrl.batch import TensorBatch, collate, plan_micro_batches
 from userrl.config import UserRLConfig
-from userrl.estimators import Estimate, ValueTargets, make_estimator
+from userrl.estimators import ValueTargets
 from userrl.forward import ForwardPass
 from userrl.fsdp import full_gradients, full_norm, full_state_dict, gathered_weights, load_sharded_model
 from userrl.losses import ClippedValueLoss, MicroBatchLoss, PPOPolicyLoss, SFTLoss
@@ -40,7 +41,6 @@ class Learner:
         self.bf16 = config.learners.precision == "bfloat16"
         self.pad_token_id = pad_token_id
         self.forward = ForwardPass(config, self.device, self.bf16)
-        self.estimator = make_estimator(config, pad_token_id)
         self.model = self._load(model_path)
         self.reference = load_sharded_model(model_path, self.device, self.bf16, trainable=False) if (
             config.training.use_kl_loss) else None
@@ -52,7 +52,7 @@ class Learner:
         # starts from `critic_path` (a checkpoint's critic/), else critic.model, else the policy's weights.
         self.critic: torch.nn.Module | None = None
         self.critic_optimizer: torch.optim.Optimizer | None = None
-        if self.estimator.needs_critic:
+        if config.training.uses_critic:
             self.critic = self._load(critic_path or config.critic.model or model_path, value_head=True)
             self.critic_optimizer = self._adamw(self.critic, config.critic.lr)
         # The sampler's logprobs are of softmax(logits / T); the RL loss must see the same distribution.
@@ -94,12 +94,7 @@ class Learner:
             return collate([dummy], self.pad_token_id)
         return collate([trajectories[i] for i in indices], self.pad_token_id)
 
-    # ---------------------------------------------------------------- advantages
-
-    def compute_advantages(self, trajectories: list[Trajectory]) -> Estimate:
-        """Advantages per trajectory (identical on every rank; collective with a critic), group statistics, and
-        the critic's targets (GAE estimators; None for grpo_multiturn)."""
-        return self.estimator.estimate(trajectories, self.compute_values)
+    # ---------------------------------------------------------------- values
 
     @torch.no_grad()
     def compute_values(self, trajectories: list[Trajectory]) -> list[torch.Tensor]:

@@ -36,8 +36,9 @@ from userrl.checkpoint import (
 from userrl.config import UserRLConfig
 from userrl.coordinator import PendingRollout, RolloutCoordinator, restore_task_source, task_source_documents
 from userrl.envs import Task
+from userrl.estimators import AdvantageEstimator, ValueTargets, make_estimator
 from userrl.faults import FaultInjector
-from userrl.learner import Learner, ValueTargets
+from userrl.learner import Learner
 from userrl.sft import DemoRequest, get_sft_source
 from userrl.tokenizer import load_tokenizer
 from userrl.trajectory import Trajectory
@@ -194,6 +195,9 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
     # fresh critic); otherwise it starts from the driver-resolved critic.model or the policy (Learner decides).
     critic_path = str(resume.critic_dir) if resume and resume.critic_dir.is_dir() else loop_config.get("critic_path")
     learner = Learner(model_path, config, tokenizer.pad_token_id, critic_path)
+    # Advantages are the loop's step, as in verl's trainer: the estimator, built once from `training`, asks the
+    # learner only for the critic's values (collective), so every rank computes the same advantages.
+    estimator = make_estimator(config, tokenizer.pad_token_id)
     learner.checkpoint_meta = {"fit_id": fit_id}
     rank0 = learner.rank == 0
     report = _Reporter(loop_config.get("results"), learner.rank, ray_train=not loop_config.get("local", False))
@@ -253,7 +257,7 @@ def train_loop_per_worker(loop_config: dict[str, Any]) -> None:
                     pending = coordinator.start_rollout(iteration + 1)  # runs on this version, then the next
             trajectories, result = _share((trajectories, result))
             result["rollout/policy_lag_max"] = policy_lag(trajectories, version)
-            _update_and_report(config, learner, coordinator, tokenizer, report, iteration, version,
+            _update_and_report(config, learner, estimator, coordinator, tokenizer, report, iteration, version,
                                trajectories, result, began, sleeping, best)
             version += 1
     finally:
@@ -272,8 +276,8 @@ def _save_checkpoint(config: UserRLConfig, learner: Learner, coordinator: Rollou
     return path
 
 
-def _update_and_report(config: UserRLConfig, learner: Learner, coordinator: RolloutCoordinator | None,
-                       tokenizer: Any, report: _Reporter, iteration: int, version: int,
+def _update_and_report(config: UserRLConfig, learner: Learner, estimator: AdvantageEstimator,
+                       coordinator: RolloutCoordinator | None, tokenizer: Any, report: _Reporter, iteration: int, version: int,
                        trajectories: list[Trajectory], result: dict[str, Any], began: float,
                        sleeping: bool, best: BestCheckpoint | None) -> None:
     """Update on one batch, sync weights, checkpoint, evaluate and report (`version`: before the update)."""
@@ -294,7 +298,7 @@ def _update_and_report(config: UserRLConfig, learner: Learner, coordinator: Roll
     result["time/advantages_s"] = 0.0
     if trajectories:  # every rank sees the same batch, so every rank takes the same branches
         tick = time.perf_counter()
-        advantages, group_stats, value_targets = learner.compute_advantages(trajectories)
+        advantages, group_stats, value_targets = estimator.estimate(trajectories, learner.compute_values)
         result["time/advantages_s"] = time.perf_counter() - tick
         result.update({f"groups/{k}": v for k, v in group_stats.items()})
         if config.training.filter_groups:  # DAPO: the groups without signal would only cost update time

@@ -12,6 +12,7 @@ from transformers import AutoModelForCausalLM
 
 from userrl.cli import main
 from userrl.config import ConfigError, parse_config
+from userrl.estimators import make_estimator
 from userrl.learner import Learner
 from userrl.trajectory import Trajectory, TurnRecord
 
@@ -61,7 +62,7 @@ def _update(model_path: str, batch: list[Trajectory], async_rollout: bool) -> di
     config = parse_config({"policy": {"temperature": TEMPERATURE},
                            "training": {"lr": 1e-3, "micro_batch_tokens": 4096, "async_rollout": async_rollout}})
     learner = Learner(model_path, config, pad_token_id=0)
-    advantages, _, _ = learner.compute_advantages(batch)
+    advantages, _, _ = make_estimator(config, 0).estimate(batch, learner.compute_values)
     return learner.update(batch, advantages)
 
 

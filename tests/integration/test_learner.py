@@ -12,6 +12,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from userrl.config import parse_config
 from userrl.engines.base import GenerationRequest
 from userrl.engines.hf import HFEngine
+from userrl.estimators import make_estimator
 from userrl.learner import Learner
 from userrl.trajectory import Trajectory, TurnRecord
 
@@ -41,7 +42,7 @@ def _gradient_loop(loop_config):
         local = sum(p.to_local().numel() for p in learner.model.parameters())
         total = sum(p.numel() for p in learner.model.parameters())
         batch = _batch()
-        advantages, _, _ = learner.compute_advantages(batch)
+        advantages, _, _ = make_estimator(config, 0).estimate(batch, learner.compute_values)
         loss, grads = learner.loss_and_gradients(batch, advantages)
         fractions = [None] * learner.world_size
         dist.all_gather_object(fractions, local / total)
@@ -114,7 +115,7 @@ def test_grpo_raises_the_reward_of_a_token_level_task(tmp_path):
                 t.turns = [TurnRecord(reward=reward, executed=True, n_sampled=len(out.token_ids))]
                 batch.append(t)
             means.append(sum(t.episode_return for t in batch) / len(batch))
-            advantages, _, _ = learner.compute_advantages(batch)
+            advantages, _, _ = make_estimator(config, 0).estimate(batch, learner.compute_values)
             learner.update(batch, advantages)
             engine.load_state_dict(learner.full_state_dict())
         # A bfloat16 replica is sent bfloat16: the float32 weights rounded once, on the learner.

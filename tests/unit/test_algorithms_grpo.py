@@ -27,6 +27,7 @@ from userrl.algorithms import (
     turn_credits,
 )
 from userrl.config import canonical_credit_method, canonical_score_method, load_config
+from userrl.estimators import make_estimator
 
 SPEC = 1.1e-6  # the spec's tables are rounded to 6 decimals
 EPS = 1e-6
@@ -334,7 +335,7 @@ def test_sum_alias_means_mean_and_warns():
     with pytest.warns(DeprecationWarning, match="Sum"):
         assert canonical_score_method("Sum") == "mean"
     with pytest.warns(DeprecationWarning):  # names are mapped once, by the config; the math takes canonical ones
-        grpo = load_config(None, ["training.trajectory_score=Sum"]).training.grpo()
+        grpo = make_estimator(load_config(None, ["training.trajectory_score=Sum"]), 0).grpo
     assert grpo.trajectory_score == "mean"
     assert trajectory_score([0.0, 1.0], grpo.trajectory_score) == 0.5
     with pytest.raises(ValueError, match="'Sum'"):
@@ -360,7 +361,7 @@ def test_lowercase_sum_is_a_true_sum():
 )
 def test_credit_names_are_case_insensitive(name, canonical):
     assert canonical_credit_method(name) == canonical
-    assert load_config(None, [f"training.turn_credit={name}"]).training.grpo().turn_credit == canonical
+    assert make_estimator(load_config(None, [f"training.turn_credit={name}"]), 0).grpo.turn_credit == canonical
 
 
 def test_unknown_score_lists_valid_names():

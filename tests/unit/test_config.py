@@ -169,11 +169,13 @@ def test_every_config_field_has_a_description():
 def test_training_settings_are_the_grpo_estimator_settings():
     """GRPOConfig's fields are read from `training` by name: a new estimator field needs a config key."""
     from userrl.algorithms import GRPOConfig
+    from userrl.estimators import make_estimator
 
     assert {f.name for f in dataclasses.fields(GRPOConfig)} <= set(TrainingConfig.model_fields)
-    assert parse_config({}).training.grpo() == GRPOConfig()  # the same defaults on both sides
-    built = load_config(None, ["training.turn_credit=R2G", "training.gamma=0.5", "training.mean_score_round=null",
-                               "training.norm_adv_by_std=false"]).training.grpo()
+    assert make_estimator(parse_config({}), 0).grpo == GRPOConfig()  # the same defaults on both sides
+    built = make_estimator(load_config(None, ["training.turn_credit=R2G", "training.gamma=0.5",
+                                              "training.mean_score_round=null", "training.norm_adv_by_std=false"]),
+                           0).grpo
     assert (built.turn_credit, built.gamma, built.mean_score_round, built.norm_adv_by_std) == ("r2g", 0.5, None, False)
 
 

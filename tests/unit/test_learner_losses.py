@@ -207,13 +207,13 @@ def test_the_estimator_is_chosen_once_and_only_gae_asks_for_values():
         return [torch.zeros(len(t.input_ids)) for t in batch]
 
     grpo = make_estimator(_config(), PAD)
-    assert type(grpo) is GRPOMultiTurnEstimator and not grpo.needs_critic
+    assert type(grpo) is GRPOMultiTurnEstimator
     advantages, _, targets = grpo.estimate(trajectories, values)
     assert targets is None and asked == []
     assert [len(a) for a in advantages] == [len(t.input_ids) for t in trajectories]
 
     gae = make_estimator(_config("training.adv_estimator=gae"), PAD)
-    assert type(gae) is GAEEstimator and gae.needs_critic
+    assert type(gae) is GAEEstimator
     advantages, stats, targets = gae.estimate(trajectories, values)
     assert asked == [3] and set(targets.stats) >= {"explained_variance", "value_mean", "return_mean", "score_mean"}
     assert [len(r) for r in targets.returns] == [len(t.input_ids) for t in trajectories]
