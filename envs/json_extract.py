@@ -18,6 +18,7 @@ __all__ = [
     "as_int",
     "as_label",
     "extract_json_object",
+    "parse_json_object",
     "strip_think",
 ]
 
@@ -55,8 +56,8 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-standard JSON constant {name}")
 
 
-def _parse_object(candidate: str) -> dict[str, Any] | None:
-    """Step 4: the candidate parsed as a JSON object, or None."""
+def parse_json_object(candidate: str) -> dict[str, Any] | None:
+    """Step 4: the candidate parsed as a standard JSON object (no NaN/Infinity), or None."""
     try:
         value = json.loads(candidate, parse_constant=_reject_constant)
     except (ValueError, RecursionError):
@@ -122,12 +123,12 @@ def extract_json_object(text: str) -> dict[str, Any]:
         raise JSONExtractionError(f"expected the reply as a string, got {type(text).__name__}")
     text = strip_think(text)
     for body in _fence_bodies(text):
-        found = _parse_object(body)
+        found = parse_json_object(body)
         if found is not None:
             return found
     # No fenced block held an object (or the closing fence was cut off): scan the whole text instead.
     for start, end in _brace_spans(text):
-        found = _parse_object(text[start : end + 1])
+        found = parse_json_object(text[start : end + 1])
         if found is not None:
             return found
     raise JSONExtractionError(

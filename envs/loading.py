@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +97,18 @@ def index_by_id(
         if record["id"] in index:
             raise ValueError(f"{path}: duplicate id {record['id']!r}")
         index[record["id"]] = record
+    return index
+
+
+def index_json_arrays(
+    data_root: str | Path, rels: Iterable[Path], what: str, validate: Callable[[Any, str], dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """Validated records of original JSON array files under data_root, by 'id'; ValueError on a duplicate."""
+    index: dict[str, dict[str, Any]] = {}
+    for rel in rels:
+        path = Path(data_root) / rel
+        # One index over every file: an id in two files is a duplicate too.
+        index_by_id(read_json_array(path, what), validate, path, index)
     return index
 
 

@@ -12,11 +12,10 @@ from userrl.envs.loading import (
     check_builtin_split,
     check_userrl_split,
     create_kwargs,
-    index_by_id,
+    index_json_arrays,
     item_id_of,
     label_filter,
     nonempty_text,
-    read_json_array,
     read_split_items,
     resolve_userrl_rows,
     source_loader,
@@ -147,12 +146,7 @@ def load_builtin_tasks(
 
 def load_userrl_items(data_root: str | Path) -> dict[str, dict[str, Any]]:
     """The original train and test JSON files, validated and indexed by id."""
-    index: dict[str, dict[str, Any]] = {}
-    for rel in USERRL_JSON.values():
-        path = Path(data_root) / rel
-        # One index over both files: an id in both is a duplicate too.
-        index_by_id(read_json_array(path, "intention items"), validate_item, path, index)
-    return index
+    return index_json_arrays(data_root, USERRL_JSON.values(), "intention items", validate_item)
 
 
 def load_userrl_tasks(

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
-from userrl.envs.json_extract import JSONExtractionError, extract_json_object, strip_think
+from userrl.envs.json_extract import JSONExtractionError, extract_json_object, parse_json_object, strip_think
 
 INVALID_TOOL_FORMAT = 'Invalid tool call format. Use {"name": tool_name, "arguments": {...}}.'
 #: Arguments nested deeper than this are refused: canonical hashing recurses once per level.
@@ -37,25 +36,12 @@ def _depth(value: Any) -> int:
     return deepest
 
 
-def _reject_constant(name: str) -> Any:
-    # Python's json accepts NaN/Infinity; standard JSON (and json_extract) does not.
-    raise ValueError(f"non-standard JSON constant {name}")
-
-
-def _json_object(text: str) -> dict[str, Any] | None:
-    try:
-        value = json.loads(text, parse_constant=_reject_constant)
-    except (ValueError, RecursionError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
 def _arguments(value: Any) -> dict[str, Any] | None:
     """`arguments` as a dict: missing/null means {}, a string holds JSON-encoded arguments."""
     if value is None:
         return {}
     if isinstance(value, str):
-        value = _json_object(value) if value.strip() else {}
+        value = parse_json_object(value) if value.strip() else {}
     return value if isinstance(value, dict) else None
 
 
@@ -65,7 +51,7 @@ def parse_tool_call(content: str) -> ToolCall | None:
     call: ToolCall | None = None
     match = _NAME_FORM.fullmatch(text)
     if match is not None:
-        arguments = _json_object(match.group(2))
+        arguments = parse_json_object(match.group(2))
         if arguments is not None:
             call = ToolCall(match.group(1), arguments)
     if call is None:

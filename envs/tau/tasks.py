@@ -12,10 +12,9 @@ from userrl.envs.loading import (
     check_builtin_split,
     check_userrl_split,
     create_kwargs,
-    index_by_id,
+    index_json_arrays,
     item_id_of,
     load_leveled_tasks,
-    read_json_array,
     read_userrl_rows,
     source_loader,
     system_user_prompt,
@@ -177,17 +176,13 @@ def load_builtin_tasks(
 
 
 def _raw_item(raw: Any, where: str) -> dict[str, Any]:
+    # Raw items: they are turned into Task.data per row, once the τ-bench folder is known.
     return dict(raw, id=item_id_of(raw, where))
 
 
 def load_userrl_items(data_root: str | Path) -> dict[str, dict[str, Any]]:
     """Both original task files (tau_train.json, tau_test.json) as raw items indexed by id."""
-    index: dict[str, dict[str, Any]] = {}
-    for rel in USERRL_TAU_JSON.values():
-        path = Path(data_root) / rel
-        # Raw items: they are turned into Task.data per row, once the τ-bench folder is known.
-        index_by_id(read_json_array(path, "tau items"), _raw_item, path, index)
-    return index
+    return index_json_arrays(data_root, USERRL_TAU_JSON.values(), "tau items", _raw_item)
 
 
 def userrl_task_data(item: Mapping[str, Any], tau_data_root: str | Path | None, where: str) -> dict[str, Any]:

@@ -337,6 +337,11 @@ PAYMENT_ID = Param(
     "A payment id from the user's profile, such as 'credit_card_7815826', 'gift_card_7815826' or "
     "'certificate_7815826'.",
 )
+PASSENGERS = Param(
+    "passengers",
+    "array",
+    "Every passenger, each as {'first_name': 'Noah', 'last_name': 'Brown', 'dob': '1990-01-01'}.",
+)
 FLIGHT_SEARCH = (
     Param("origin", "string", "The origin airport code, such as 'JFK'."),
     Param("destination", "string", "The destination airport code, such as 'LAX'."),
@@ -362,11 +367,7 @@ def airline_tools() -> list[Tool]:
                     "array",
                     "Every flight segment, each as {'flight_number': 'HAT001', 'date': '2024-05-01'}.",
                 ),
-                Param(
-                    "passengers",
-                    "array",
-                    "Every passenger, each as {'first_name': 'Noah', 'last_name': 'Brown', 'dob': '1990-01-01'}.",
-                ),
+                PASSENGERS,
                 Param(
                     "payment_methods",
                     "array",
@@ -451,14 +452,7 @@ def airline_tools() -> list[Tool]:
             "update_reservation_passengers",
             update_reservation_passengers,
             "Update the passengers of a reservation; the number of passengers cannot change.",
-            (
-                RESERVATION_ID,
-                Param(
-                    "passengers",
-                    "array",
-                    "Every passenger, each as {'first_name': 'Noah', 'last_name': 'Brown', 'dob': '1990-01-01'}.",
-                ),
-            ),
+            (RESERVATION_ID, PASSENGERS),
             writes=True,
         ),
     ]
