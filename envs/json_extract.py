@@ -57,7 +57,7 @@ def _reject_constant(name: str) -> Any:
 
 
 def parse_json_object(candidate: str) -> dict[str, Any] | None:
-    """Step 4: the candidate parsed as a standard JSON object (no NaN/Infinity), or None."""
+    """`candidate` parsed as a standard JSON object (no NaN/Infinity), or None (extract_json_object's step 4)."""
     try:
         value = json.loads(candidate, parse_constant=_reject_constant)
     except (ValueError, RecursionError):
