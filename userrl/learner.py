@@ -4,9 +4,8 @@ It orchestrates the pieces, RLlib-style: one micro-batch loop (`_step`) drives a
 (`userrl/losses.py`: PPO policy, SFT, clipped value) for the policy and the critic alike, `userrl/fsdp.py`
 loads, shards and gathers the models, and `userrl/sharded_checkpoint.py` saves and restores them. The
 advantages come from the train loop's estimator (`userrl/estimators.py`), which asks `compute_values` for the
-critic's values. It runs inside a Ray Train worker (which set up
-torch.distributed: gloo on CPU, NCCL on GPU), and also alone in a plain process with a one-member process
-group, as in the unit tests.
+critic's values. It runs inside a Ray Train worker (which set up torch.distributed: gloo on CPU, NCCL on GPU),
+and also alone in a plain process with a one-member process group, as in the unit tests.
 """
 
 from __future__ import annotations
