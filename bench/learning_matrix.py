@@ -11,10 +11,11 @@ For each gym of `experiments/sweeps/learning_matrix.yaml` (its `gym` axis lists 
    held-out tasks, as the run `sft_only` of the same MLflow experiment;
 3. `userrl report` on that experiment (its tables, CSVs and PNGs);
 
-then prints the matrix (one row per gym and seed: held-out success after the warm start and at the end with
-95% Wilson intervals, learned or not, the SFT-only agent's, RL beyond it by 0.10 or not, valid actions,
-minutes, the largest rollout reward, and a measured diagnosis for a gym that did not learn) and draws one panel
-per gym (`matrix.png` in the report folder).
+then prints the matrix (one row per gym and seed: the held-out score after the warm start and at the end with
+its 95% interval, on the gym's headline metric (`GRADED`: mean return; otherwise success), learned or not, the
+SFT-only agent's, RL beyond it by 0.10 or not, valid actions, minutes, the largest rollout reward, and a
+measured diagnosis for a gym that did not learn) and draws one panel per gym (`matrix.png` in the report
+folder).
 
 A gym and seed whose experiment already holds a finished trial and a finished SFT-only run is read, not run
 again, so the matrix fills in over several sittings (`--gyms`), and an interrupted trial resumes from its
@@ -47,6 +48,12 @@ ROOT = learning.ROOT
 SWEEP_FILE = ROOT / "experiments" / "sweeps" / "learning_matrix.yaml"
 SFT_ONLY = "sft_only"
 LEARNED_BY = 0.10  # issue 34: RL beyond imitation = 0.10 or more above the best SFT-only agent
+#: Gyms whose episode return is graded, not 0/1 (GYMS §0.10's table): the matrix judges them on the held-out mean
+#: return (the papers' headline metric, with a t interval), since an agent earns most of it without the
+#: terminating success (an Intention agent that covers every detail but never finishes succeeds 0 times).
+#: The others are judged on held-out success (= mean return for a 0/1 return), with a Wilson interval.
+GRADED = frozenset({"intention", "persuade", "turtle", "travel"})
+METRIC = {True: "mean return", False: "success"}
 
 
 @dataclass
@@ -120,42 +127,67 @@ def run_sft_only(cell: Cell, common: list[str], max_episodes: int) -> int:
 
 # --- the table and the figure ---------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class Score:
+    """A held-out evaluation on the gym's headline metric, with its 95% interval."""
+
+    iteration: int
+    value: float
+    low: float
+    high: float
+    episodes: int
+
+
+def score(point: Any, gym: str) -> Score | None:
+    """The point's held-out score on the gym's headline metric (`GRADED`: mean return; else success)."""
+    if gym in GRADED:
+        if point.heldout_reward is None:
+            return None
+        return Score(point.iteration, point.heldout_reward, max(point.heldout_reward_low, 0.0),
+                     point.heldout_reward_high, point.heldout_episodes)
+    if point.heldout_success is None:
+        return None
+    return Score(point.iteration, point.heldout_success, point.heldout_low, point.heldout_high,
+                 point.heldout_episodes)
+
+
 def row(cell: Cell, runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The matrix row of one cell from its report's curves (the trial's and the SFT-only run's)."""
     trial = next((r for r in runs if r["label"] != SFT_ONLY), None)
     imitation = next((r for r in runs if r["label"] == SFT_ONLY), None)
-    held = [p for p in trial["points"] if p.heldout_success is not None] if trial else []
-    sft = next((p for p in imitation["points"] if p.heldout_success is not None), None) if imitation else None
+    held = [s for s in (score(p, cell.gym) for p in trial["points"]) if s] if trial else []
+    sft = next((s for s in (score(p, cell.gym) for p in imitation["points"]) if s), None) if imitation else None
     start, end = (held[0], held[-1]) if len(held) >= 2 else (None, None)
-    learned = None if start is None else end.heldout_success > start.heldout_high
-    beyond = None if end is None or sft is None else end.heldout_success - sft.heldout_success >= LEARNED_BY
-    return {"gym": cell.gym, "seed": cell.seed, "start": start, "end": end, "sft": sft, "learned": learned,
-            "beyond": beyond, "valid": trial and trial["valid_mean"], "reward_max": trial and trial["reward_max"],
-            "minutes": trial and trial["minutes"], "sft_minutes": imitation and imitation["minutes"],
-            "curve": held, "diagnosis": diagnosis(start, end, trial) if learned is False else ""}
+    learned = None if start is None else end.value > start.high
+    beyond = None if end is None or sft is None else end.value - sft.value >= LEARNED_BY
+    return {"gym": cell.gym, "seed": cell.seed, "metric": METRIC[cell.gym in GRADED], "start": start, "end": end,
+            "sft": sft, "learned": learned, "beyond": beyond, "valid": trial and trial["valid_mean"],
+            "reward_max": trial and trial["reward_max"], "minutes": trial and trial["minutes"],
+            "sft_minutes": imitation and imitation["minutes"], "curve": held,
+            "diagnosis": diagnosis(start, end, trial) if learned is False else ""}
 
 
-def diagnosis(start: Any, end: Any, trial: dict[str, Any]) -> str:
+def diagnosis(start: Score, end: Score, trial: dict[str, Any]) -> str:
     """Why a trial did not rise above its start's interval, from what it measured."""
     if not trial["reward_max"]:
         return "rollout reward 0 in every iteration: no group had a signal"
-    if start.heldout_success == 0 and end.heldout_success == 0:
-        return (f"no held-out success before or after, rollout reward at most {trial['reward_max']:.2f} per "
+    if start.value == 0 and end.value == 0:
+        return (f"no held-out score before or after, rollout reward at most {trial['reward_max']:.2f} per "
                 "iteration: almost no group had a signal")
     if trial["valid_mean"] is not None and trial["valid_mean"] < 0.5:
         return f"valid actions {trial['valid_mean']:.0%} of the rollout's turns"
-    if start.heldout_low >= 0.9:
+    if start.low >= 0.9:
         return "the warm start is at the ceiling"
-    if end.heldout_success < start.heldout_success:
-        return f"fell from {start.heldout_success:.2f} to {end.heldout_success:.2f}"
-    return f"inside the start's interval after {end.iteration} iterations (n={end.heldout_episodes})"
+    if end.value < start.value:
+        return f"fell from {start.value:.2f} to {end.value:.2f}"
+    return f"inside the start's interval after {end.iteration} iterations (n={end.episodes})"
 
 
-def _share(point: Any, interval: bool = True) -> str:
+def _share(point: Score | None, interval: bool = True) -> str:
     if point is None:
         return "-"
-    text = f"{point.heldout_success:.3f}"
-    return f"{text} [{point.heldout_low:.2f}, {point.heldout_high:.2f}]" if interval else text
+    text = f"{point.value:.3f}"
+    return f"{text} [{point.low:.2f}, {point.high:.2f}]" if interval else text
 
 
 def _yes(value: bool | None) -> str:
@@ -164,16 +196,16 @@ def _yes(value: bool | None) -> str:
 
 def print_matrix(rows: list[dict[str, Any]]) -> None:
     """The matrix as a markdown table (bench/README "The learning matrix")."""
-    head = ["gym", "seed", "after the warm start (95% CI)", "end (95% CI)", "n", "learned",
+    head = ["gym", "seed", "metric", "after the warm start (95% CI)", "end (95% CI)", "n", "learned",
             "best SFT-only at the same time", "RL beyond SFT (+0.10)", "valid actions", "rollout reward max",
             "trial min", "diagnosis"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for r in rows:
         print("| " + " | ".join([
-            r["gym"], str(r["seed"]), _share(r["start"]),
+            r["gym"], str(r["seed"]), r["metric"], _share(r["start"]),
             "-" if r["end"] is None else f"{_share(r['end'])} @ {r['end'].iteration}",
-            "-" if r["end"] is None else str(r["end"].heldout_episodes), _yes(r["learned"]),
+            "-" if r["end"] is None else str(r["end"].episodes), _yes(r["learned"]),
             _share(r["sft"], interval=False), _yes(r["beyond"]),
             "-" if r["valid"] is None else f"{r['valid']:.2f}",
             "-" if r["reward_max"] is None else f"{r['reward_max']:.2f}",
@@ -184,7 +216,7 @@ def print_matrix(rows: list[dict[str, Any]]) -> None:
 
 
 def plot_matrix(rows: list[dict[str, Any]], path: Path) -> Path | None:
-    """One panel per gym: each seed's held-out success with its 95% band, the SFT-only agent's as a line."""
+    """One panel per gym: each seed's held-out score with its 95% band, the SFT-only agent's as a line."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -195,21 +227,20 @@ def plot_matrix(rows: list[dict[str, Any]], path: Path) -> Path | None:
         return None
     columns = min(5, len(gyms))
     lines = -(-len(gyms) // columns)
-    fig, axes = plt.subplots(lines, columns, figsize=(3.2 * columns, 2.8 * lines), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(lines, columns, figsize=(3.2 * columns, 2.8 * lines), squeeze=False)
     for ax, gym in zip(axes.flat, gyms, strict=False):
         for i, r in enumerate(r for r in rows if r["gym"] == gym and r["curve"]):
             xs = [p.iteration for p in r["curve"]]
-            ax.fill_between(xs, [p.heldout_low for p in r["curve"]], [p.heldout_high for p in r["curve"]],
-                            color=f"C{i}", alpha=0.12)
-            ax.plot(xs, [p.heldout_success for p in r["curve"]], color=f"C{i}", marker="o", label=f"seed {r['seed']}")
+            ax.fill_between(xs, [p.low for p in r["curve"]], [p.high for p in r["curve"]], color=f"C{i}", alpha=0.12)
+            ax.plot(xs, [p.value for p in r["curve"]], color=f"C{i}", marker="o", label=f"seed {r['seed']}")
             if r["sft"] is not None:
-                ax.axhline(r["sft"].heldout_success, color=f"C{i}", linestyle="--", linewidth=1,
+                ax.axhline(r["sft"].value, color=f"C{i}", linestyle="--", linewidth=1,
                            label=f"SFT only, seed {r['seed']}")
-        ax.set(title=gym, xlabel="iteration", ylim=(0, 1))
+        ax.set(title=f"{gym} ({METRIC[gym in GRADED]})", xlabel="iteration", ylim=(0, None))
         learning.style_axes(ax, 6)
     for ax in list(axes.flat)[len(gyms):]:
         ax.axis("off")
-    axes[0][0].set_ylabel("held-out success (greedy)")
+    axes[0][0].set_ylabel("held-out score (greedy)")
     return learning.save_figure(fig, path, 110)
 
 

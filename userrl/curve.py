@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,11 +10,13 @@ from typing import Any
 
 from rich.table import Table
 from scipy.stats import binomtest
+from scipy.stats import t as student_t
 
 
 @dataclass(frozen=True)
 class CurvePoint:
-    """One iteration: rollout success (sampled, training tasks) and held-out greedy success with its 95% CI."""
+    """One iteration: rollout success (sampled, training tasks), held-out greedy success and mean return, each
+    with its 95% CI."""
 
     iteration: int
     rollout_success: float | None = None
@@ -21,12 +24,23 @@ class CurvePoint:
     heldout_episodes: int = 0
     heldout_low: float | None = None
     heldout_high: float | None = None
+    heldout_reward: float | None = None
+    heldout_reward_low: float | None = None
+    heldout_reward_high: float | None = None
 
 
 def wilson_interval(successes: int, episodes: int) -> tuple[float, float]:
     """The 95% Wilson score interval of a success rate (good at small n and near 0 or 1)."""
     ci = binomtest(successes, episodes).proportion_ci(confidence_level=0.95, method="wilson")
     return float(ci.low), float(ci.high)
+
+
+def mean_interval(mean: float, std: float, episodes: int) -> tuple[float, float]:
+    """The 95% Student t interval of a mean from its population std (`np.std`, ddof 0) over `episodes` values."""
+    if episodes < 2:
+        return -math.inf, math.inf
+    half = float(student_t.ppf(0.975, episodes - 1)) * std / math.sqrt(episodes - 1)  # std * sqrt(n / (n-1)) / sqrt(n)
+    return mean - half, mean + half
 
 
 def learning_curve(results: Iterable[dict[str, Any]]) -> list[CurvePoint]:
@@ -44,6 +58,10 @@ def learning_curve(results: Iterable[dict[str, Any]]) -> list[CurvePoint]:
             rate = float(result["eval/success_rate"])
             low, high = wilson_interval(round(rate * episodes), episodes) if episodes else (None, None)
             point.update(heldout_success=rate, heldout_episodes=episodes, heldout_low=low, heldout_high=high)
+            if "eval/reward_std" in result:
+                mean = float(result["eval/reward_mean"])
+                low, high = mean_interval(mean, float(result["eval/reward_std"]), episodes)
+                point.update(heldout_reward=mean, heldout_reward_low=low, heldout_reward_high=high)
     return [CurvePoint(**points[i]) for i in sorted(points)]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from bench_module import load_bench
 
-from userrl.curve import CurvePoint, wilson_interval
+from userrl.curve import CurvePoint, mean_interval, wilson_interval
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def test_learned_means_above_the_starts_interval_and_beyond_means_a_tenth_above_
 
 @pytest.mark.parametrize(("start", "end", "reward_max", "valid", "diagnosis"), [
     (0, 0, 0.0, 0.9, "rollout reward 0 in every iteration: no group had a signal"),
-    (0, 0, 0.03, 0.9, "no held-out success before or after, rollout reward at most 0.03 per iteration: almost no "
+    (0, 0, 0.03, 0.9, "no held-out score before or after, rollout reward at most 0.03 per iteration: almost no "
                       "group had a signal"),
     (4, 4, 0.2, 0.3, "valid actions 30% of the rollout's turns"),
     (40, 40, 1.0, 1.0, "the warm start is at the ceiling"),
@@ -58,3 +58,23 @@ def test_a_trial_that_did_not_learn_says_why(bench, start, end, reward_max, vali
 def test_a_trial_without_two_evaluations_has_no_verdict(bench):
     row = bench.row(bench.Cell("telepathy", 0, 2, None), _runs([_point(0, 8)]))
     assert row["learned"] is None and row["end"] is None and row["diagnosis"] == ""
+
+
+def _graded_point(iteration, mean, std, n=16):
+    low, high = mean_interval(mean, std, n)
+    return CurvePoint(iteration, heldout_success=0.0, heldout_episodes=n, heldout_low=0.0, heldout_high=0.21,
+                      heldout_reward=mean, heldout_reward_low=low, heldout_reward_high=high)
+
+
+def test_a_graded_gym_is_judged_on_its_mean_return_not_on_success(bench):
+    # Intention's agent covers details without ever finishing: success 0 throughout, mean return 0.30 -> 0.54.
+    # Start 0.30 with std 0.30 over 16: t(15) = 2.1314 gives half-width 2.1314 * 0.30 / sqrt(15) = 0.165.
+    runs = _runs([_graded_point(0, 0.30, 0.30), _graded_point(12, 0.54, 0.50)], reward_max=0.42)
+    runs.append({"label": "sft_only", "points": [_graded_point(0, 0.40, 0.40)], "valid_mean": None,
+                 "reward_max": None, "minutes": 20.0})
+    row = bench.row(bench.Cell("intention", 0, 3, None), runs)
+    assert row["metric"] == "mean return" and abs(row["start"].high - (0.30 + 0.165)) < 1e-3
+    assert row["learned"] and row["beyond"]  # 0.54 > 0.465; 0.54 - 0.40 >= 0.10
+    # The same curve on a 0/1 gym is read as success: 0 -> 0, no verdict of learning.
+    row = bench.row(bench.Cell("telepathy", 0, 2, None), runs)
+    assert row["metric"] == "success" and row["learned"] is False and row["end"].value == 0.0
