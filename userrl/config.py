@@ -49,7 +49,9 @@ class GymSpec(_Section):
     """One gym in the task mixture."""
 
     name: str = Field("function", description="Gym name (userrl.envs.registry; a typo names the closest gym).")
-    weight: float = Field(1.0, gt=0, description="Sampling weight of this gym in the mixture.")
+    weight: float = Field(1.0, ge=0, description="Sampling weight of this gym in the mixture; 0 = held out: "
+                          "evaluated, never trained on (UserRL trains on five gyms and validates on all eight, "
+                          "docs/spec/GYMS.md §9).")
     source: Literal["builtin", "userrl"] = Field(
         "builtin", description="builtin: the tasks packaged with userrl; userrl: the original UserRL data under "
         "env.data_root.")
@@ -176,6 +178,9 @@ class EnvConfig(_Section):
         from userrl.envs.registry import GYMS, get_gym
         from userrl.protocols import get_protocol, protocol_names
 
+        if not any(spec.weight > 0 for spec in self.gyms):
+            raise ValueError("env.gyms: every weight is 0 (held out); give at least one gym a weight above 0 to "
+                             "train on")
         protocol = get_protocol(self.protocol)
         replies = [spec.name for spec in self.gyms if get_gym(spec.name).user_reply_task]
         others = [spec.name for spec in self.gyms if spec.name not in replies]

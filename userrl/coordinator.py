@@ -27,11 +27,14 @@ from userrl.trajectory import Trajectory
 
 class TaskMixture:
     """The configured gyms' tasks, drawn by gym weight; draws depend only on (seed, iteration). The default
-    TaskSource: fixed tasks, nothing learned, nothing to checkpoint."""
+    TaskSource: fixed tasks, nothing learned, nothing to checkpoint. Training (`split` None) leaves out the
+    held-out gyms (weight 0); evaluation (a `split`) plays every gym."""
 
     def __init__(self, config: UserRLConfig, split: str | None = None):
         self.gyms, self.tasks, weights = [], [], []
         for spec in config.env.gyms:
+            if split is None and spec.weight == 0:
+                continue
             filters: dict[str, Any] = {"difficulty": spec.difficulty} if spec.difficulty is not None else {}
             filters.update(config.task_options(spec.name, evaluation=split is not None))
             tasks = load_tasks(spec.name, split=split or spec.split, source=spec.source,
@@ -41,7 +44,7 @@ class TaskMixture:
             self.gyms.append(spec.name)
             self.tasks.append(tasks)
             weights.append(spec.weight)
-        self.weights = np.asarray(weights) / sum(weights)
+        self.weights = np.asarray(weights) / sum(weights)  # evaluation never draws: held-out weights may be 0
         self.seed = config.experiment.seed
 
     def sample(self, count: int, iteration: int) -> list[Task]:
