@@ -76,7 +76,8 @@ def print_result(console: Console, result: dict[str, Any]) -> None:
     """One line per result of `fit`: an SFT step, an evaluation, or an RL iteration's rollout and update."""
     if result["phase"] == "sft":
         console.print(f"[cyan]sft[/] epoch {result['sft/epoch']} step {result['sft/step']:>3}  "
-                      f"loss {result['sft/loss']:.4f}  {result['time/sft_step_s']:.1f}s")
+                      f"loss {result['sft/loss']:.4f}  {result['time/sft_step_s']:.1f}s  "
+                      f"learner mem {result['memory/learner_rss_gb']:.1f} GB")
         return
     if result["phase"] == "eval":
         console.print(f"[magenta]eval[/] at iteration {result['iteration']}: reward "

@@ -132,9 +132,12 @@ def sft_phase(config: UserRLConfig, learner: Learner, tasks: list[Task] | None, 
             begin = time.perf_counter()
             metrics = learner.update(demos[start:start + sft.batch_size])
             step += 1
+            # Given back after every step, as after every RL iteration: kept across an SFT-only run's steps,
+            # the freed blocks grew a local learner by 0.25 GB a step, to 22.7 GB after 29 (bench/README).
+            rss = max(_share_all(_release_memory()))
             report({"phase": "sft", "sft/epoch": epoch, "sft/step": step, "sft/steps": steps,
                     "sft/loss": metrics["loss"], "sft/tokens": metrics["trained_tokens"],
-                    "time/sft_step_s": time.perf_counter() - begin})
+                    "time/sft_step_s": time.perf_counter() - begin, "memory/learner_rss_gb": rss})
     learner.make_optimizer(config.training.lr)
 
 

@@ -44,6 +44,7 @@ def test_native_tools_on_tau_trains_end_to_end(ray_local, tiny_model, tmp_path):
     # One warm-start step on the two native demonstrations, its weights synced before the first rollout.
     (sft,) = [r for r in seen if r["phase"] == "sft"]
     assert sft["sft/tokens"] > 0 and sft["sft/loss"] > 0
+    assert 0.1 < sft["memory/learner_rss_gb"] < 20  # measured after the step's freed memory went back
     assert [r["policy_version"] for r in results] == [2, 3]
     assert [r["iteration"] for r in results] == [1, 2]
     for r in results:
