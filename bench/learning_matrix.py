@@ -24,6 +24,8 @@ checkpoint. Each trial takes at most about 30 min on 2 cores; run one sitting at
     .venv/bin/python bench/learning_matrix.py --gyms telepathy,frozenlake      # two rows
     .venv/bin/python bench/learning_matrix.py --seeds 0,1,2                     # every gym, three seeds
     .venv/bin/python bench/learning_matrix.py --report-only                     # the table of what has run
+    .venv/bin/python bench/learning_matrix.py --gyms intention --seeds 0,1,2 --data-root ../shared/userrl-data
+                                  # + the original test split's 40 tasks, held out (learn_intention_s<seed>_orig)
 
 A smoke run of the whole path (tiny random model, a few minutes):
 
@@ -35,6 +37,7 @@ A smoke run of the whole path (tiny random model, a few minutes):
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 from dataclasses import dataclass
@@ -54,6 +57,9 @@ LEARNED_BY = 0.10  # issue 34: RL beyond imitation = 0.10 or more above the best
 #: The others are judged on held-out success (= mean return for a 0/1 return), with a Wilson interval.
 GRADED = frozenset({"intention", "persuade", "turtle", "travel"})
 METRIC = {True: "mean return", False: "success"}
+#: Gyms whose builtin test split holds fewer than 48 tasks (the issue's floor) and the size of the original
+#: UserRL test split (docs/spec/GYMS.md §0.3's `alltest`): with --data-root, a cell also evaluates on it.
+ORIGINAL_TEST_TASKS = {"intention": 40, "persuade": 42, "turtle": 48}
 
 
 @dataclass
@@ -64,14 +70,27 @@ class Cell:
     seed: int
     position: int
     config: Any
+    overrides: tuple[str, ...] = ()  # this cell's own, over the recipe: the held-out original test split
 
     @property
     def name(self) -> str:
-        return f"learn_{self.gym}_s{self.seed}"
+        return f"learn_{self.gym}_s{self.seed}" + ("_orig" if self.overrides else "")
 
 
-def cells(gyms: list[str] | None, seeds: list[int], common: list[str]) -> list[Cell]:
-    """The matrix's cells in the sweep file's order (the recipes' labels), each with its trial's config."""
+def held_out_originals(config: Any, gym: str, data_root: Path | None) -> list[str]:
+    """Overrides that add the original UserRL test split to a recipe's evaluation, held out (weight 0: never
+    drawn, never demonstrated), where the builtin split is below 48 tasks and the data is there; else none."""
+    if data_root is None or gym not in ORIGINAL_TEST_TASKS:
+        return []
+    gyms = [{"name": spec.name, **spec.model_dump(mode="json", exclude_defaults=True)} for spec in config.env.gyms]
+    gyms.append({"name": gym, "source": "userrl", "weight": 0})
+    return [f"env.data_root={data_root}", f"env.gyms={json.dumps(gyms)}",
+            f"evaluation.num_tasks={max(config.evaluation.num_tasks, ORIGINAL_TEST_TASKS[gym])}"]
+
+
+def cells(gyms: list[str] | None, seeds: list[int], common: list[str], data_root: Path | None = None) -> list[Cell]:
+    """The matrix's cells in the sweep file's order (the recipes' labels), each with its trial's config (and,
+    with `data_root`, the original test split held out: `held_out_originals`)."""
     from userrl.commands.sweep import LABEL, load_sweep
 
     labels = [variant[LABEL] for variant in load_sweep(SWEEP_FILE, common).spec.grid["gym"]]
@@ -84,7 +103,10 @@ def cells(gyms: list[str] | None, seeds: list[int], common: list[str]) -> list[C
             continue
         for seed in seeds:
             sweep = load_sweep(SWEEP_FILE, [*common, f"experiment.seed={seed}"], only=[f"gym={position}"])
-            out.append(Cell(gym, seed, position, sweep.config))
+            extra = held_out_originals(sweep.config, gym, data_root)
+            if extra:
+                sweep = load_sweep(SWEEP_FILE, [*common, f"experiment.seed={seed}", *extra], only=[f"gym={position}"])
+            out.append(Cell(gym, seed, position, sweep.config, tuple(extra)))
     return out
 
 
@@ -98,7 +120,7 @@ def run_trial(cell: Cell, common: list[str], dry_run: bool) -> int:
     """The gym's trial through `userrl sweep` (resumed where its Tune folder holds an interrupted one)."""
     tune_dir = Path(cell.config.experiment.output_dir).resolve() / "sweeps" / cell.name
     cmd = [learning.userrl_script(), "sweep", str(SWEEP_FILE.relative_to(ROOT)), f"experiment.seed={cell.seed}",
-           *common, "--only", f"gym={cell.position}", "--name", cell.name, *(["--resume"] if tune_dir.is_dir() else [])]
+           *common, *cell.overrides, "--only", f"gym={cell.position}", "--name", cell.name, *(["--resume"] if tune_dir.is_dir() else [])]
     if dry_run:
         print(f"\n$ {shlex.join(cmd)}")
         return 0
@@ -120,7 +142,7 @@ def run_sft_only(cell: Cell, common: list[str], max_episodes: int) -> int:
     recipe = ROOT / "experiments" / "learn" / f"{cell.gym}.yaml"
     out = Path(cell.config.experiment.output_dir).resolve() / cell.name
     sft = cell.config.sft
-    return learning.sft_only(cell.config, recipe, out, [f"experiment.seed={cell.seed}", *common],
+    return learning.sft_only(cell.config, recipe, out, [f"experiment.seed={cell.seed}", *common, *cell.overrides],
                              warm_start_seconds(uri, cell), sft.episodes * sft.epochs, 60 * max(trial_minutes),
                              cell.name, max_episodes, name=SFT_ONLY)
 
@@ -255,6 +277,9 @@ def main() -> int:
                         help="experiment.output_dir (Tune folders, run folders, MLflow store); default the recipes' (runs)")
     parser.add_argument("--report-dir", default=None, help="default <output dir>/reports/learning_matrix")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="overrides of every recipe")
+    parser.add_argument("--data-root", default=None, type=Path,
+                        help="the original UserRL data (e.g. ../shared/userrl-data): Intention, Persuade and Turtle "
+                             "are also evaluated on its test split, held out (experiments learn_<gym>_s<seed>_orig)")
     parser.add_argument("--no-sft-only", action="store_true", help="skip the SFT-only arms")
     parser.add_argument("--sft-max-episodes", type=int, default=1000,
                         help="distinct demonstrations of an SFT-only arm, at most (more time buys more epochs)")
@@ -267,7 +292,8 @@ def main() -> int:
     common = [*([f"experiment.output_dir={args.output_dir}"] if args.output_dir else []), *args.set]
     try:
         matrix = cells([g.strip() for g in args.gyms.split(",")] if args.gyms else None,
-                       [int(s) for s in args.seeds.split(",")], common)
+                       [int(s) for s in args.seeds.split(",")], common,
+                       args.data_root.resolve() if args.data_root else None)
     except ConfigError as error:
         print(error, file=sys.stderr)
         return 2

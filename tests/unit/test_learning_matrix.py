@@ -78,3 +78,16 @@ def test_a_graded_gym_is_judged_on_its_mean_return_not_on_success(bench):
     # The same curve on a 0/1 gym is read as success: 0 -> 0, no verdict of learning.
     row = bench.row(bench.Cell("telepathy", 0, 2, None), runs)
     assert row["metric"] == "success" and row["learned"] is False and row["end"].value == 0.0
+
+
+def test_with_the_original_data_a_small_test_split_gains_the_originals_held_out(bench, tmp_path):
+    (plain,) = bench.cells(["intention"], [1], [])
+    (held,) = bench.cells(["intention"], [1], [], tmp_path)
+    assert (plain.name, plain.overrides, held.name) == ("learn_intention_s1", (), "learn_intention_s1_orig")
+    trained, original = held.config.env.gyms
+    assert (trained.name, trained.source, trained.weight) == ("intention", "builtin", 1.0)
+    assert (original.name, original.source, original.weight) == ("intention", "userrl", 0.0)
+    assert held.config.env.data_root == str(tmp_path) and held.config.evaluation.num_tasks == 40
+    assert held.config.experiment.seed == 1 and held.config.env.max_turns == plain.config.env.max_turns
+    (function,) = bench.cells(["function"], [0], [], tmp_path)  # 160 test tasks already: nothing added
+    assert function.overrides == () and function.name == "learn_function_s0"
