@@ -175,8 +175,10 @@ def score(point: Any, gym: str) -> Score | None:
 
 def row(cell: Cell, runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The matrix row of one cell from its report's curves (the trial's and the SFT-only run's)."""
-    trial = next((r for r in runs if r["label"] != SFT_ONLY), None)
-    imitation = next((r for r in runs if r["label"] == SFT_ONLY), None)
+    # An arm stopped and run again: its finished run (`userrl report` labels runs of one name "name (id)").
+    runs = [r for r in runs if r.get("status") in (None, "FINISHED")]
+    imitation = next((r for r in runs if r["label"].split(" (")[0] == SFT_ONLY), None)
+    trial = next((r for r in runs if r["label"].split(" (")[0] != SFT_ONLY), None)
     held = [s for s in (score(p, cell.gym) for p in trial["points"]) if s] if trial else []
     sft = next((s for s in (score(p, cell.gym) for p in imitation["points"]) if s), None) if imitation else None
     start, end = (held[0], held[-1]) if len(held) >= 2 else (None, None)

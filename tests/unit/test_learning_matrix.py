@@ -91,3 +91,13 @@ def test_with_the_original_data_a_small_test_split_gains_the_originals_held_out(
     assert held.config.experiment.seed == 1 and held.config.env.max_turns == plain.config.env.max_turns
     (function,) = bench.cells(["function"], [0], [], tmp_path)  # 160 test tasks already: nothing added
     assert function.overrides == () and function.name == "learn_function_s0"
+
+
+def test_an_arm_stopped_and_run_again_is_read_from_its_finished_run(bench):
+    runs = _runs([_point(0, 8), _point(12, 20)])
+    stopped = {"label": "sft_only (8e445e)", "status": "FAILED", "points": [], "valid_mean": None, "reward_max": None,
+               "minutes": 37.0}
+    again = {"label": "sft_only (df275c)", "status": "FINISHED", "points": [_point(0, 15)], "valid_mean": None,
+             "reward_max": None, "minutes": 12.0}
+    row = bench.row(bench.Cell("telepathy", 0, 2, None), [runs[0], stopped, again])
+    assert row["sft"].value == 0.375 and row["sft_minutes"] == 12.0 and row["beyond"]  # 0.500 - 0.375
